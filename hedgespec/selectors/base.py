@@ -1,0 +1,98 @@
+"""The one selector protocol every drafter-selection policy implements.
+
+A selector is per-stream state with a per-request life cycle::
+
+    sel.begin_request(n_drafters, k, ctx)      # resets per-request state (guarantees are per query)
+    while decoding:
+        d = sel.select()                       # Decision: drafter index + the weights that made it
+        ...draft with d.drafter, verify, evaluate γ...
+        sel.observe(RoundFeedback(decision=d, ...))
+    sel.end_request()                          # flushes delayed feedback (tail policy)
+
+Full-information selectors (``full_information = True``) read ``RoundFeedback.gamma``. Bandit selectors
+derive from :class:`BanditSelector`, whose ``observe`` is final and hands the subclass only a
+:class:`~hedgespec.types.BanditFeedback` (the chosen drafter's outcome): they cannot reach the γ matrix.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Protocol, runtime_checkable
+
+from hedgespec.types import BanditFeedback, Decision, RequestContext, RoundFeedback
+
+
+@runtime_checkable
+class Selector(Protocol):
+    name: str
+    full_information: bool
+
+    def begin_request(self, n_drafters: int, k: int, ctx: RequestContext | None = None) -> None: ...
+
+    def select(self) -> Decision: ...
+
+    def observe(self, feedback: RoundFeedback) -> None: ...
+
+    def end_request(self) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+
+def check_request_args(n_drafters: int, k: int) -> None:
+    if not isinstance(n_drafters, int) or n_drafters < 1:
+        raise ValueError(f"n_drafters must be a positive int (an empty pool cannot draft), got {n_drafters!r}")
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"K (speculation depth) must be an int >= 1, got {k!r}")
+
+
+class BaseSelector(ABC):
+    """Shared bookkeeping: pool size, depth, request context, round counter."""
+
+    name: str = "base"
+    full_information: bool = False
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.k = 0
+        self.ctx = RequestContext()
+        self.rounds = 0
+
+    def begin_request(self, n_drafters: int, k: int, ctx: RequestContext | None = None) -> None:
+        check_request_args(n_drafters, k)
+        self.n, self.k, self.ctx, self.rounds = n_drafters, k, ctx or RequestContext(), 0
+        self._reset()
+
+    @abstractmethod
+    def _reset(self) -> None: ...
+
+    @abstractmethod
+    def select(self) -> Decision: ...
+
+    def observe(self, feedback: RoundFeedback) -> None:
+        self.rounds += 1
+        self._observe(feedback)
+
+    def _observe(self, feedback: RoundFeedback) -> None:  # pragma: no cover - default: ignore
+        return None
+
+    def end_request(self) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "rounds": self.rounds}
+
+
+class BanditSelector(BaseSelector):
+    """Base for bandit-feedback baselines: subclasses implement ``_observe_bandit`` only."""
+
+    full_information = False
+
+    def observe(self, feedback: RoundFeedback) -> None:  # final: strips γ before the policy sees it
+        self.rounds += 1
+        self._observe_bandit(feedback.bandit_view())
+
+    def _observe(self, feedback: RoundFeedback) -> None:  # never called for bandits
+        raise AssertionError("bandit selectors only receive BanditFeedback")
+
+    @abstractmethod
+    def _observe_bandit(self, feedback: BanditFeedback) -> None: ...
