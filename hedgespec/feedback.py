@@ -1,0 +1,94 @@
+"""Per-request feedback ledger: γ rows by position -> completed loss vectors (SPEC §3, §4).
+
+Learning is token-level: every generated position t is one online round, covered by the decision of the
+verification round that emitted t. The ETAP loss of t is complete as soon as t is verified; the EAL loss
+needs γ at t..t+K−1 and is emitted only once the trajectory is verified through t+K−1 (at most 2K
+positions after the decision). A loss is never computed on a truncated ("censored") window: at the end
+of the request incomplete windows are dropped (``tail_policy="drop"``) or scored with the ETAP loss
+(``tail_policy="etap"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hedgespec.acceptance import check_gammas, eal_loss, etap_loss
+
+OBJECTIVES = ("etap", "eal")
+TAIL_POLICIES = ("drop", "etap")
+
+
+@dataclass(frozen=True)
+class CompletedLoss:
+    """A loss vector over drafters for generated position ``position``, routed to ``ticket``'s learner."""
+
+    position: int
+    loss: np.ndarray
+    ticket: int
+
+
+class FeedbackLedger:
+    """Stores γ rows of the verified trajectory and emits each position's loss exactly once."""
+
+    def __init__(self, n_drafters: int, k: int, objective: str = "etap", tail_policy: str = "drop") -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+        if tail_policy not in TAIL_POLICIES:
+            raise ValueError(f"tail_policy must be one of {TAIL_POLICIES}, got {tail_policy!r}")
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"K must be an int >= 1, got {k!r}")
+        if not isinstance(n_drafters, int) or n_drafters < 1:
+            raise ValueError(f"n_drafters must be an int >= 1, got {n_drafters!r}")
+        self.n, self.k, self.objective, self.tail_policy = n_drafters, k, objective, tail_policy
+        self._gamma: list[np.ndarray] = []  # row t = γ_t over drafters, for verified t
+        self._ticket: list[int] = []  # ticket of the decision covering t
+        self._next_emit = 0  # first position whose loss is not yet emitted
+
+    @property
+    def verified(self) -> int:
+        """Number of verified positions (positions 0..verified−1 have γ rows)."""
+        return len(self._gamma)
+
+    def add_round(self, start: int, gamma: np.ndarray, ticket: int = 0) -> list[CompletedLoss]:
+        """Record the γ rows [emitted, N] of the round that verified positions start..start+emitted−1."""
+        g = check_gammas(gamma, "gamma")
+        if g.ndim != 2 or g.shape[1] != self.n:
+            raise ValueError(f"gamma must have shape [emitted, {self.n}], got {g.shape}")
+        if start != self.verified:
+            raise ValueError(f"round starts at position {start}, but the ledger has verified {self.verified} positions")
+        if g.shape[0] < 1:
+            raise ValueError("a verification round emits at least one token; gamma has no rows")
+        for row in g:
+            self._gamma.append(row)
+            self._ticket.append(ticket)
+        return self._emit_ready()
+
+    def _loss_at(self, t: int) -> np.ndarray:
+        if self.objective == "etap":
+            return etap_loss(self._gamma[t])
+        window = np.stack(self._gamma[t : t + self.k], axis=-1)  # [N, K]
+        return eal_loss(window, self.k)
+
+    def _emit_ready(self) -> list[CompletedLoss]:
+        need = 1 if self.objective == "etap" else self.k
+        out: list[CompletedLoss] = []
+        while self._next_emit + need <= self.verified:  # window t..t+need−1 fully verified
+            t = self._next_emit
+            out.append(CompletedLoss(t, self._loss_at(t), self._ticket[t]))
+            self._next_emit += 1
+        return out
+
+    def pending_tickets(self) -> set[int]:
+        """Tickets with at least one verified position whose loss has not been emitted yet."""
+        return set(self._ticket[self._next_emit :])
+
+    def finish(self) -> list[CompletedLoss]:
+        """End of request: incomplete windows are dropped or scored with ETAP (``tail_policy``)."""
+        out: list[CompletedLoss] = []
+        if self.tail_policy == "etap":
+            for t in range(self._next_emit, self.verified):
+                out.append(CompletedLoss(t, etap_loss(self._gamma[t]), self._ticket[t]))
+        self._next_emit = self.verified
+        return out

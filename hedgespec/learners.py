@@ -1,0 +1,255 @@
+"""Full-information experts learners and the delayed-feedback reductions HedgeSpec uses.
+
+Base learners (SPEC §5) expose ``weights()`` and ``update(loss_vector, weights_used=None)``:
+
+* :class:`NormalHedge` (Chaudhuri, Freund, Hsu 2009): parameter-free; the default.
+* :class:`Hedge`: exponential weights with the anytime step η_t = sqrt(8 ln N / t).
+
+Delayed-feedback reductions (SPEC §4, Joulani, György, Szepesvári 2013) expose
+``predict() -> (ticket, weights)``, ``feedback(ticket, loss, weights_used)`` and ``release(ticket)``:
+
+* :class:`Queued`: one base learner; completed losses are fed in FIFO order; predictions use the current
+  weights (the "stochastic setting" reduction).
+* :class:`Bold`: up to ``max_delay + 1`` independent base learners; each prediction is made by a learner
+  with no outstanding feedback, and the losses of that prediction are returned to the same learner.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+_E = math.e
+
+
+def _check_n(n: int) -> int:
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n (number of experts/drafters) must be an int >= 1, got {n!r}")
+    return int(n)
+
+
+def _check_loss(loss: object, n: int, name: str = "loss_vector") -> np.ndarray:
+    arr = loss if type(loss) is np.ndarray and loss.dtype == np.float64 else np.asarray(loss, dtype=np.float64)
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
+    if not math.isfinite(arr.sum()):  # one reduction: NaN or ±inf anywhere makes the sum non-finite
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr
+
+
+class Learner(Protocol):
+    n: int
+
+    def weights(self) -> np.ndarray: ...
+
+    def update(self, loss_vector: np.ndarray, weights_used: np.ndarray | None = None) -> None: ...
+
+
+_SMALL_N = 48  # below this, plain-Python floats beat numpy's per-call overhead
+
+
+def _scale_root(a, s0: float | None, tol: float, max_iter: int):  # type: ignore[no-untyped-def]
+    """Root s of g(s) = log Σ_i exp(a_i s) − ln N − 1 (a = [R]_+², list or ndarray); returns (s, z, zmax)."""
+    small = isinstance(a, list)
+    n = len(a)
+    amax = max(a) if small else float(a.max())
+    target = math.log(n) + 1.0
+    hi, lo = target / amax, 1.0 / amax  # g(hi) >= 0 >= g(lo): SPEC §5 bracket in s = 1/(2c)
+    s = hi if s0 is None or not (lo < s0 <= hi) else s0  # warm start from the previous scale
+    for _ in range(max_iter):
+        if small:
+            z = [x * s for x in a]
+            zmax = max(z)
+            e = [math.exp(v - zmax) for v in z]
+            tot = math.fsum(e)
+        else:
+            z = a * s
+            zmax = float(z.max())
+            e = np.exp(z - zmax)
+            tot = float(e.sum())
+        g = zmax + math.log(tot) - target
+        if abs(g) <= tol:
+            break
+        if g > 0:
+            hi = s
+        else:
+            lo = s
+        gp = (math.fsum(x * y for x, y in zip(a, e)) if small else float((a * e).sum())) / tot
+        s_new = s - g / gp
+        # Newton on a convex increasing g converges monotonically from the right; from the left it
+        # overshoots to the right once. Anything outside the current bracket falls back to bisection.
+        s = s_new if lo < s_new < hi else 0.5 * (lo + hi)
+    return s, z, zmax
+
+
+def normalhedge_scale(positive_regrets: np.ndarray, tol: float = 1e-13, max_iter: int = 200) -> float:
+    """Solve (1/N) Σ_i exp(R_i² / 2c) = e for c > 0, given R_i = [R_i]_+ (not all zero).
+
+    Works in s = 1/(2c): g(s) = logsumexp(a s) − ln N − 1 with a_i = R_i² is convex and increasing;
+    Newton's method inside the bracket s ∈ [1/r², (1 + ln N)/r²] (c ∈ [r²/(2(1+ln N)), r²/2],
+    r = max R_i; SPEC §5), with bisection as the fallback. Every exponent a_i s is ≤ 1 + ln N, so
+    nothing overflows for regrets of 1e6 and beyond.
+    """
+    a = np.asarray(positive_regrets, dtype=np.float64) ** 2
+    s, _, _ = _scale_root(a, None, tol, max_iter)
+    return 1.0 / (2.0 * s)
+
+
+class NormalHedge:
+    """NormalHedge (SPEC §5): R_i += ℓ_A − ℓ_i, w_i ∝ ([R_i]_+/c) exp([R_i]_+² / 2c), c from the scale equation."""
+
+    def __init__(self, n: int) -> None:
+        self.n = _check_n(n)
+        self.regret = np.zeros(self.n)
+        self.t = 0
+        self._w: np.ndarray | None = None
+        self._s: float | None = None
+        self.scale: float = float("nan")
+
+    def weights(self) -> np.ndarray:
+        if self._w is None:
+            self._w = self._compute_weights()
+        return self._w
+
+    def _compute_weights(self) -> np.ndarray:
+        n = self.n
+        if n <= _SMALL_N:
+            pos = [r if r > 0.0 else 0.0 for r in self.regret.tolist()]
+            a = [x * x for x in pos]
+            if max(a) == 0.0:  # no positive regret: uniform
+                self.scale = float("nan")
+                return np.full(n, 1.0 / n)
+            self._s, z, zmax = _scale_root(a, self._s, 1e-13, 200)
+            w = [x * math.exp(v - zmax) for x, v in zip(pos, z)]  # ∝ ([R]_+/c) exp([R]_+²/2c)
+            tot = math.fsum(w)
+            self.scale = 1.0 / (2.0 * self._s)
+            return np.array([x / tot for x in w])
+        pos_arr = np.maximum(self.regret, 0.0)
+        a_arr = pos_arr * pos_arr
+        if not np.any(a_arr > 0.0):
+            self.scale = float("nan")
+            return np.full(n, 1.0 / n)
+        self._s, z_arr, zmax_f = _scale_root(a_arr, self._s, 1e-13, 200)
+        w_arr = pos_arr * np.exp(z_arr - zmax_f)
+        self.scale = 1.0 / (2.0 * self._s)
+        return w_arr / w_arr.sum()
+
+    def update(self, loss_vector: np.ndarray, weights_used: np.ndarray | None = None) -> None:
+        loss = _check_loss(loss_vector, self.n)
+        w = self.weights() if weights_used is None else _check_loss(weights_used, self.n, "weights_used")
+        self.regret += float(w @ loss) - loss  # instantaneous regret to each expert, ℓ_A − ℓ_i
+        self.t += 1
+        self._w = None
+
+
+class Hedge:
+    """Exponential weights, w_i ∝ exp(−η_t L_i) with the anytime step η_t = sqrt(8 ln N / t) (SPEC §5)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = _check_n(n)
+        self.cum_loss = np.zeros(self.n)
+        self.t = 0
+        self._w: np.ndarray | None = None
+
+    @property
+    def eta(self) -> float:
+        return math.sqrt(8.0 * math.log(self.n) / self.t) if self.t > 0 else 0.0
+
+    def weights(self) -> np.ndarray:
+        if self._w is None:
+            z = -self.eta * (self.cum_loss - self.cum_loss.min())
+            w = np.exp(z)
+            self._w = w / w.sum()
+        return self._w
+
+    def update(self, loss_vector: np.ndarray, weights_used: np.ndarray | None = None) -> None:
+        self.cum_loss += _check_loss(loss_vector, self.n)
+        self.t += 1
+        self._w = None
+
+
+LEARNERS: dict[str, Callable[[int], Learner]] = {"normal_hedge": NormalHedge, "hedge": Hedge}
+
+
+def make_learner(name: str, n: int) -> Learner:
+    if name not in LEARNERS:
+        raise ValueError(f"unknown learner {name!r}; expected one of {sorted(LEARNERS)}")
+    return LEARNERS[name](n)
+
+
+class Queued:
+    """Delayed feedback through one base learner and a FIFO queue (SPEC §4, "queue")."""
+
+    def __init__(self, base: Learner) -> None:
+        self.base = base
+        self.n = base.n
+        self._queue: deque[tuple[np.ndarray, np.ndarray | None]] = deque()
+        self._next = 0
+
+    def predict(self) -> tuple[int, np.ndarray]:
+        self._drain()
+        ticket, self._next = self._next, self._next + 1
+        return ticket, self.base.weights()
+
+    def feedback(self, ticket: int, loss: np.ndarray, weights_used: np.ndarray | None = None) -> None:
+        self._queue.append((np.asarray(loss, dtype=np.float64), weights_used))
+        self._drain()
+
+    def release(self, ticket: int) -> None:
+        return None
+
+    def _drain(self) -> None:
+        while self._queue:
+            loss, w = self._queue.popleft()
+            self.base.update(loss, w)
+
+    def weights(self) -> np.ndarray:
+        self._drain()
+        return self.base.weights()
+
+
+class Bold:
+    """BOLD (Joulani et al. 2013): one base learner per outstanding prediction, at most ``max_delay + 1``."""
+
+    def __init__(self, factory: Callable[[], Learner], max_delay: int) -> None:
+        if not isinstance(max_delay, int) or max_delay < 0:
+            raise ValueError(f"max_delay must be an int >= 0, got {max_delay!r}")
+        self.factory = factory
+        self.max_delay = max_delay
+        self.learners: list[Learner] = [factory()]
+        self.n = self.learners[0].n
+        self._busy: dict[int, int] = {}  # ticket -> learner index
+        self._next = 0
+
+    def predict(self) -> tuple[int, np.ndarray]:
+        busy = set(self._busy.values())
+        free = next((j for j in range(len(self.learners)) if j not in busy), None)
+        if free is None:
+            if len(self.learners) > self.max_delay:
+                raise RuntimeError(
+                    f"BOLD: {len(self._busy)} predictions are awaiting feedback, more than max_delay={self.max_delay}; "
+                    "release tickets whose feedback is complete or raise max_delay"
+                )
+            self.learners.append(self.factory())
+            free = len(self.learners) - 1
+        ticket, self._next = self._next, self._next + 1
+        self._busy[ticket] = free
+        return ticket, self.learners[free].weights()
+
+    def feedback(self, ticket: int, loss: np.ndarray, weights_used: np.ndarray | None = None) -> None:
+        if ticket not in self._busy:
+            raise ValueError(f"BOLD: unknown or released ticket {ticket}")
+        self.learners[self._busy[ticket]].update(loss, weights_used)
+
+    def release(self, ticket: int) -> None:
+        self._busy.pop(ticket, None)
+
+    def weights(self) -> np.ndarray:
+        return self.learners[0].weights()
+
+
+DelayedLearner = Queued | Bold

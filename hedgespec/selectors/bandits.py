@@ -1,0 +1,117 @@
+"""Bandit-feedback baselines (SPEC §6): UCBSpec, EXP3Spec (BanditSpec, Hou et al. 2025) and MetaSD-UCB.
+
+Each sees only :class:`~hedgespec.types.BanditFeedback` (the chosen drafter's outcome); one bandit round
+per verification; state per request; reward Y = accepted drafts + 1 ∈ [1, K+1].
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from hedgespec.selectors._rng import argmax_random_ties, request_rng
+from hedgespec.selectors.base import BanditSelector
+from hedgespec.types import BanditFeedback, Decision
+
+
+class UCBSpec(BanditSelector):
+    """Round-robin for N rounds, then argmax_i μ̂_i + cr_i with
+    cr_i = (K/2) sqrt(((1+n_i)/n_i²) (1 + 2 ln(N t² sqrt(1+n_i) / δ)))  (SPEC §6, δ = 1/2)."""
+
+    name = "ucbspec"
+
+    def __init__(self, delta: float = 0.5, seed: int = 0) -> None:
+        super().__init__()
+        if not 0.0 < delta < 1.0:
+            raise ValueError(f"UCBSpec: delta must be in (0, 1), got {delta!r}")
+        self.delta, self.seed = delta, seed
+
+    def _reset(self) -> None:
+        self.rng = request_rng(self.seed, self.ctx.request_id)
+        self.count = np.zeros(self.n)
+        self.total = np.zeros(self.n)
+
+    def select(self) -> Decision:
+        t = self.rounds + 1
+        if t <= self.n:
+            return Decision(t - 1)
+        n_i = self.count
+        mu = self.total / n_i
+        cr = (self.k / 2.0) * np.sqrt(
+            (1.0 + n_i) / n_i**2 * (1.0 + 2.0 * np.log(self.n * t * t * np.sqrt(1.0 + n_i) / self.delta))
+        )
+        return Decision(argmax_random_ties(mu + cr, self.rng))
+
+    def _observe_bandit(self, fb: BanditFeedback) -> None:
+        self.count[fb.chosen] += 1
+        self.total[fb.chosen] += fb.reward
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "pulls": self.count.tolist() if self.n else []}
+
+
+class EXP3Spec(BanditSelector):
+    """η_t = sqrt(ln N / (t N)); p_t ∝ exp(−η_t Σ_{s<t} Ẑ_s); I_t ~ p_t;
+    Ẑ_{i,t} = 1{i = I_t} (K + 1 − Y_t) / (K p_{t,i})  (SPEC §6)."""
+
+    name = "exp3spec"
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        self.seed = seed
+
+    def _reset(self) -> None:
+        self.rng = request_rng(self.seed, self.ctx.request_id)
+        self.z = np.zeros(self.n)
+        self._p: np.ndarray | None = None
+
+    def probabilities(self) -> np.ndarray:
+        t = self.rounds + 1
+        eta = math.sqrt(math.log(self.n) / (t * self.n)) if self.n > 1 else 0.0
+        x = -eta * (self.z - self.z.min())
+        p = np.exp(x)
+        return p / p.sum()
+
+    def select(self) -> Decision:
+        p = self.probabilities()
+        self._p = p
+        i = int(self.rng.choice(self.n, p=p))
+        return Decision(i, tuple(float(x) for x in p))
+
+    def _observe_bandit(self, fb: BanditFeedback) -> None:
+        p = self._p if self._p is not None else self.probabilities()
+        self.z[fb.chosen] += (self.k + 1 - fb.reward) / (self.k * p[fb.chosen])
+        self._p = None
+
+
+class MetaSDUCB(BanditSelector):
+    """MetaSD-UCB: reward = mean over the round's emitted positions of the chosen drafter's 1 − TV(p, q);
+    argmax μ̂_i + β sqrt(2 ln t / n_i) after one pull each (SPEC §6)."""
+
+    name = "metasd"
+
+    def __init__(self, beta: float = 1.0, seed: int = 0) -> None:
+        super().__init__()
+        if beta < 0:
+            raise ValueError(f"MetaSDUCB: beta must be >= 0, got {beta!r}")
+        self.beta, self.seed = beta, seed
+
+    def _reset(self) -> None:
+        self.rng = request_rng(self.seed, self.ctx.request_id)
+        self.count = np.zeros(self.n)
+        self.total = np.zeros(self.n)
+
+    def select(self) -> Decision:
+        t = self.rounds + 1
+        if t <= self.n:
+            return Decision(t - 1)
+        ucb = self.total / self.count + self.beta * np.sqrt(2.0 * math.log(t) / self.count)
+        return Decision(argmax_random_ties(ucb, self.rng))
+
+    def _observe_bandit(self, fb: BanditFeedback) -> None:
+        if not fb.chosen_gamma:
+            raise ValueError("MetaSD-UCB needs the chosen drafter's γ (1 − TV) for the round; the backend gave none")
+        self.count[fb.chosen] += 1
+        self.total[fb.chosen] += float(np.mean(fb.chosen_gamma))

@@ -1,0 +1,91 @@
+"""Exact replay of greedy speculative decoding from an acceptance table.
+
+Under greedy decoding the emitted trajectory does not depend on which drafter drafts (lossless), so one
+table per request determines every selector's run exactly:
+
+* ``gamma[u, i]``: drafter i's counterfactual γ at generated position u (what HedgeSpec observes);
+* ``runs[u, i]``: drafter i's realised number of accepted drafts if a round starts at u (capped at K
+  by the replay). For a Markov simulator ``runs`` is the run length of γ = 1; for EAGLE engines it comes
+  from the recorded trace (drafting depth > 1 from the drafter's own features differs from the
+  depth-1 γ: SPEC §1, time-inhomogeneity).
+
+Used by the simulator's greedy mode and by :mod:`hedgespec.sim.replay` for engine traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hedgespec.selectors.base import Selector
+from hedgespec.types import RequestContext, RoundFeedback
+
+
+@dataclass
+class ReplayResult:
+    """One selector's run over one request."""
+
+    rounds: int
+    generated: int
+    chosen_per_position: np.ndarray  # [T] drafter covering each generated position
+    accepted: list[int] = field(default_factory=list)
+    chosen: list[int] = field(default_factory=list)
+    weights: list[tuple[float, ...] | None] = field(default_factory=list)
+
+    @property
+    def mat(self) -> float:
+        return self.generated / self.rounds if self.rounds else 0.0
+
+
+def run_lengths(hit: np.ndarray) -> np.ndarray:
+    """runs[u, i] = number of consecutive positions u, u+1, … with hit[·, i] true (per column)."""
+    hit = np.asarray(hit, dtype=bool)
+    out = np.zeros(hit.shape, dtype=np.int64)
+    acc = np.zeros(hit.shape[1], dtype=np.int64)
+    for u in range(hit.shape[0] - 1, -1, -1):
+        acc = np.where(hit[u], acc + 1, 0)
+        out[u] = acc
+    return out
+
+
+def replay_greedy(
+    gamma: np.ndarray, runs: np.ndarray, selector: Selector, k: int, ctx: RequestContext | None = None
+) -> ReplayResult:
+    """Run ``selector`` over a request of T = len(gamma) generated tokens; returns its rounds exactly."""
+    gamma = np.asarray(gamma, dtype=np.float64)
+    runs = np.asarray(runs)
+    if gamma.ndim != 2 or gamma.shape != runs.shape:
+        raise ValueError(f"gamma and runs must both be [T, N]; got {gamma.shape} and {runs.shape}")
+    total, n = gamma.shape
+    selector.begin_request(n, k, ctx)
+    res = ReplayResult(0, 0, np.zeros(total, dtype=np.int64))
+    s = 0
+    while s < total:
+        d = selector.select()
+        accepted = int(min(runs[s, d.drafter], k, total - s - 1))
+        emitted = accepted + 1
+        res.chosen_per_position[s : s + emitted] = d.drafter
+        selector.observe(RoundFeedback(d, accepted, emitted, s, gamma[s : s + emitted]))
+        res.rounds += 1
+        res.accepted.append(accepted)
+        res.chosen.append(d.drafter)
+        res.weights.append(d.weights)
+        s += emitted
+    selector.end_request()
+    res.generated = total
+    return res
+
+
+def best_fixed_mat(runs: np.ndarray, k: int) -> tuple[int, np.ndarray]:
+    """MAT of every fixed drafter on the request and the best one (the per-request oracle)."""
+    runs = np.asarray(runs)
+    total, n = runs.shape
+    mats = np.zeros(n)
+    for i in range(n):
+        s, rounds = 0, 0
+        while s < total:
+            s += int(min(runs[s, i], k, total - s - 1)) + 1
+            rounds += 1
+        mats[i] = total / rounds
+    return int(np.argmax(mats)), mats

@@ -1,0 +1,95 @@
+"""Pluggable metric loggers: ``none`` (default), ``jsonl`` (a file in the run dir) and ``wandb`` (offline by default).
+
+Only this module imports wandb, lazily, so nothing else pays for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+LOGGERS = ("none", "jsonl", "wandb")
+
+
+class Logger(Protocol):
+    def log(self, metrics: dict[str, Any], step: int | None = None) -> None: ...
+
+    def log_image(self, key: str, path: str | Path) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class NullLogger:
+    def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        return None
+
+    def log_image(self, key: str, path: str | Path) -> None:
+        return None
+
+    def finish(self) -> None:
+        return None
+
+
+class JsonlLogger:
+    """Appends one JSON object per ``log`` call to ``<run_dir>/metrics.jsonl``."""
+
+    def __init__(self, run_dir: str | Path, config: dict[str, Any] | None = None) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a", encoding="utf-8")
+        if config is not None:
+            self._write({"config": config})
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(obj, default=str) + "\n")
+        self._fh.flush()
+
+    def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        self._write({"step": step, **metrics})
+
+    def log_image(self, key: str, path: str | Path) -> None:
+        self._write({"image": key, "path": str(path)})
+
+    def finish(self) -> None:
+        self._fh.close()
+
+
+class WandbLogger:
+    """wandb run in ``mode`` (``offline`` by default: never needs a network)."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        config: dict[str, Any] | None = None,
+        project: str = "hedgespec",
+        mode: str = "offline",
+        name: str | None = None,
+    ) -> None:
+        try:
+            import wandb
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            raise ImportError("logger=wandb needs wandb: pip install -e '.[track]'") from err
+        os.environ.setdefault("WANDB_SILENT", "true")
+        self._wandb = wandb
+        self.run = wandb.init(project=project, mode=mode, dir=str(run_dir), config=config, name=name, reinit=True)
+
+    def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        self.run.log(metrics, step=step)
+
+    def log_image(self, key: str, path: str | Path) -> None:
+        self.run.log({key: self._wandb.Image(str(path))})
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+def make_logger(name: str, run_dir: str | Path, config: dict[str, Any] | None = None, **kwargs: Any) -> Logger:
+    if name == "none":
+        return NullLogger()
+    if name == "jsonl":
+        return JsonlLogger(run_dir, config)
+    if name == "wandb":
+        return WandbLogger(run_dir, config, **kwargs)
+    raise ValueError(f"unknown logger {name!r}; expected one of {LOGGERS}")
