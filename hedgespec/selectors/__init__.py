@@ -9,6 +9,7 @@ from hedgespec.selectors.bandits import EXP3Spec, MetaSDUCB, UCBSpec
 from hedgespec.selectors.base import BanditSelector, BaseSelector, Selector
 from hedgespec.selectors.fixed import Fixed, Oracle
 from hedgespec.selectors.hedgespec import HedgeSpec
+from hedgespec.selectors.router import Router, train_router
 
 SELECTORS: dict[str, Callable[..., Selector]] = {
     "hedgespec": HedgeSpec,
@@ -18,6 +19,7 @@ SELECTORS: dict[str, Callable[..., Selector]] = {
     "ucbspec": UCBSpec,
     "exp3spec": EXP3Spec,
     "metasd": MetaSDUCB,
+    "router": Router,
 }
 
 
@@ -45,8 +47,10 @@ __all__ = [
     "HedgeSpec",
     "MetaSDUCB",
     "Oracle",
+    "Router",
     "Selector",
     "UCBSpec",
     "make_selector",
     "register_selector",
+    "train_router",
 ]
