@@ -1,0 +1,149 @@
+"""Hydra ``train`` config -> SpecForge's strict run config, plus the EAGLE-3 draft architecture.
+
+The ``specforge:`` block of a budget (``conf/train/{tiny,embedded,paper}.yaml``) holds SpecForge
+``Config`` sections verbatim (``model``, ``data``, ``training``, ``tracking``, ``deployment``, ...).  The bridge
+fills in what only it knows (paths of the cached target head, features, vocab mapping, draft config, output
+directory, resume point, tracker) and validates the result with ``specforge.config.Config.model_validate``
+(pydantic, ``extra="forbid"``), so a typo such as ``training.learning_rat`` fails in :func:`validate_early`
+before any target is loaded.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hedgespec.training._specforge import specforge_config_model
+
+#: Bridge-owned SpecForge fields: a budget may not set them (they are derived per run).
+BRIDGE_OWNED = {
+    ("model", "target_model_path"),
+    ("model", "draft_model_config"),
+    ("model", "vocab_mapping_path"),
+    ("model", "aux_hidden_state_layer_ids"),
+    ("data", "hidden_states_path"),
+    ("training", "resume_from"),
+    ("", "output_dir"),
+    ("", "run_id"),
+}
+_PLACEHOLDER = "/nonexistent/hedgespec-placeholder"
+
+
+def _format_validation_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    lines = []
+    for e in errors():
+        loc = ".".join(str(p) for p in e.get("loc", ()))
+        lines.append(f"  specforge.{loc}: {e.get('msg')}" + (f" (got {e.get('input')!r})" if e.get("type") == "extra_forbidden" else ""))
+    return "\n".join(lines) or str(exc)
+
+
+def validate_specforge(raw: Mapping[str, Any]) -> Any:
+    """Validate ``raw`` with SpecForge's ``Config``; raise ValueError listing each bad key and why."""
+    Config = specforge_config_model()
+    try:
+        return Config.model_validate(copy.deepcopy(dict(raw)))
+    except Exception as exc:  # pydantic.ValidationError
+        raise ValueError("invalid SpecForge config (conf/train/<budget>.yaml, key 'specforge'):\n"
+                         + _format_validation_error(exc)) from exc
+
+
+def check_budget_block(block: Mapping[str, Any]) -> None:
+    """Reject bridge-owned keys in a budget's ``specforge`` block (they would be silently replaced)."""
+    for section, key in BRIDGE_OWNED:
+        node = block if not section else (block.get(section) or {})
+        if key in node:
+            where = f"{section}.{key}" if section else key
+            raise ValueError(f"specforge.{where} is set by hedgespec for every run; remove it from the train budget")
+
+
+def compose_specforge(
+    block: Mapping[str, Any],
+    *,
+    target_model_path: str,
+    draft_config_path: str,
+    vocab_mapping_path: str,
+    aux_layer_ids: Sequence[int],
+    hidden_states_path: str,
+    output_dir: str,
+    run_id: str,
+    resume_from: str | None = None,
+    tracking: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Merge the budget's ``specforge`` block with the per-run fields; returns a plain dict (not validated)."""
+    check_budget_block(block)
+    raw: dict[str, Any] = copy.deepcopy(dict(block))
+    model = raw.setdefault("model", {})
+    model.update(
+        target_model_path=target_model_path,
+        draft_model_config=draft_config_path,
+        vocab_mapping_path=vocab_mapping_path,
+        aux_hidden_state_layer_ids=[int(i) for i in aux_layer_ids],
+    )
+    raw.setdefault("data", {})["hidden_states_path"] = hidden_states_path
+    training = raw.setdefault("training", {})
+    if resume_from:
+        training["resume_from"] = resume_from
+    if tracking:
+        raw.setdefault("tracking", {}).update(tracking)
+    raw["output_dir"] = output_dir
+    raw["run_id"] = run_id
+    return raw
+
+
+def validate_early(block: Mapping[str, Any], tracking: Mapping[str, Any] | None = None) -> Any:
+    """Validate a budget's ``specforge`` block with placeholder paths, before any work (issue 5: typos fail up front)."""
+    raw = compose_specforge(
+        block,
+        target_model_path=_PLACEHOLDER,
+        draft_config_path=_PLACEHOLDER + ".json",
+        vocab_mapping_path=_PLACEHOLDER + ".pt",
+        aux_layer_ids=[1, 2, 3],
+        hidden_states_path=_PLACEHOLDER,
+        output_dir=_PLACEHOLDER,
+        run_id="validate",
+        tracking=tracking,
+    )
+    return validate_specforge(raw)
+
+
+def draft_config_dict(target_config: Any, *, draft_vocab_size: int, aux_layer_ids: Sequence[int],
+                      max_position_embeddings: int | None = None) -> dict[str, Any]:
+    """EAGLE-3 draft architecture for a target (``LlamaForCausalLMEagle3``, one decoder layer).
+
+    Same width/heads/rope as the target, ``num_hidden_layers=1`` (EAGLE-3 fixes it), untied ``lm_head`` over
+    ``draft_vocab_size`` tokens, and ``eagle_config.eagle_aux_hidden_state_layer_ids`` recording which target
+    layers are fused (read by SGLang and by ``hedgespec.engine.eagle3``).
+    """
+    text_config = getattr(target_config, "text_config", None) or target_config  # multimodal wrappers
+    t = text_config.to_dict() if hasattr(text_config, "to_dict") else dict(text_config)
+    keep = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "rms_norm_eps", "rope_theta", "rope_parameters", "rope_scaling", "hidden_act", "vocab_size",
+            "max_position_embeddings", "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id", "pad_token_id",
+            "initializer_range", "pretraining_tp")
+    d = {k: t[k] for k in keep if k in t and t[k] is not None}
+    d.update(
+        architectures=["LlamaForCausalLMEagle3"],
+        model_type="llama",
+        num_hidden_layers=1,
+        draft_vocab_size=int(draft_vocab_size),
+        tie_word_embeddings=False,
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [int(i) for i in aux_layer_ids]},
+    )
+    if max_position_embeddings is not None:
+        d["max_position_embeddings"] = int(max_position_embeddings)
+    d.setdefault("hidden_act", "silu")
+    return d
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
+    tmp.replace(path)
+    return path

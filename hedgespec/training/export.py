@@ -1,0 +1,62 @@
+"""``specforge export --to sglang`` run in-process, into a temporary directory renamed into place.
+
+The result is SGLang's EAGLE-3 draft directory (``config.json`` + ``model.safetensors`` with ``fc.weight``,
+``midlayer.*``, ``norm.weight``, ``lm_head.weight``, ``t2d``, ``d2t``; no ``embed_tokens``: the draft reuses
+the target's embedding), which is also what ``hedgespec.engine.eagle3`` loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from hedgespec.training._specforge import specforge_cli_main
+
+REQUIRED_KEYS = ("fc.weight", "norm.weight", "lm_head.weight", "t2d", "d2t")
+EXPORT_MARKER = ".hedgespec-export.json"
+
+
+def export_sglang(checkpoint: Path, draft_config: Path, vocab_mapping: Path, output_dir: Path,
+                  provenance: dict) -> Path:
+    """Export ``checkpoint`` to ``output_dir`` (replacing an earlier export of ours, never foreign content)."""
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        rc = specforge_cli_main(["export", "--to", "sglang", "--checkpoint", str(checkpoint),
+                                 "--draft-config", str(draft_config), "--output-dir", str(tmp),
+                                 "--vocab-mapping", str(vocab_mapping)])
+        if rc != 0:
+            raise RuntimeError(f"specforge export exited with {rc}")
+        check_export(tmp)
+        (tmp / EXPORT_MARKER).write_text(json.dumps(provenance, indent=2, sort_keys=True))
+        if output_dir.exists():
+            if not (output_dir / EXPORT_MARKER).is_file():
+                raise FileExistsError(
+                    f"{output_dir} exists and was not written by hedgespec (no {EXPORT_MARKER}); "
+                    "refusing to overwrite it: move it away or choose another pool/drafter name"
+                )
+            shutil.rmtree(output_dir)
+        os.replace(tmp, output_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return output_dir
+
+
+def check_export(path: Path) -> dict[str, tuple[int, ...]]:
+    """Check an SGLang export directory has the EAGLE-3 keys; return ``{key: shape}``."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{path}: expected config.json and model.safetensors from specforge export")
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    missing = [k for k in REQUIRED_KEYS if k not in shapes]
+    if missing or not any(k.startswith("midlayer.") for k in shapes):
+        raise ValueError(f"{path}: export lacks {missing or ['midlayer.*']}; present: {sorted(shapes)}")
+    return shapes

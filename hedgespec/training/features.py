@@ -1,0 +1,207 @@
+"""Target features for offline EAGLE-3 training, computed with ``transformers`` in SpecForge's on-disk format.
+
+SpecForge's own feature capture (``scripts/prepare_hidden_states.py``) needs SGLang on a GPU; this module
+produces the same files on any device.  One file per conversation, ``rows_{g}-{g+N}/data_{i}.ckpt``, holding
+(SpecForge offline format, read by ``specforge.runtime.data_plane.offline_reader``):
+
+* ``input_ids`` ``(T,)`` int64 -- the conversation rendered with the target's own chat template;
+* ``loss_mask`` ``(T,)`` int64 -- 1 on every assistant-turn token, end-of-turn marker included (what
+  SpecForge's ``GeneralParser`` supervises), 0 elsewhere;
+* ``hidden_state`` ``(1, T, H)`` -- the target's last hidden state after the final norm (the ``lm_head`` input);
+* ``aux_hidden_state`` ``(1, T, 3H)`` -- the outputs of the three fused layers ``aux_layer_ids`` (SpecForge
+  layer-output indices, i.e. ``hidden_states[i + 1]`` of a transformers forward; default ``[1, L//2-1, L-4]``),
+  concatenated in that order (EAGLE-3 feature fusion, paper §3.1).
+
+The directory is cached under a key that hashes the target, the data file, the layer ids and every
+tokenisation setting; a second run with the same inputs reuses it.  It is written to a temporary sibling and
+renamed into place, so a killed run never leaves a half-written cache behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from hedgespec.training.hashing import file_hash, json_hash
+
+FEATURE_FORMAT_VERSION = 1
+ROWS_PER_DIR = 1000
+MANIFEST = "features.json"
+
+
+def default_aux_layer_ids(num_layers: int) -> list[int]:
+    """SpecForge's default EAGLE-3 capture layers ``[1, L//2 - 1, L - 4]`` (layer-output indices).
+
+    Clamped into ``[0, L)`` for toy targets with fewer than 4 layers (the 2-layer ``tiny`` target gets
+    ``[1, 0, 0]``); SpecForge's formula is unchanged for every real target.
+    """
+    if num_layers < 1:
+        raise ValueError(f"num_layers={num_layers}: a target needs at least one layer")
+    return [min(max(i, 0), num_layers - 1) for i in (1, num_layers // 2 - 1, num_layers - 4)]
+
+
+def read_conversations(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Read SpecForge conversation JSONL rows ``{"id", "conversations": [{"role", "content"}]}``."""
+    rows: list[dict[str, Any]] = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            conv = row.get("conversations")
+            if not isinstance(conv, list) or not all({"role", "content"} <= set(m) for m in conv):
+                raise ValueError(f"{path}:{lineno}: expected {{'id', 'conversations': [{{'role','content'}}]}}")
+            rows.append(row)
+            if limit is not None and len(rows) >= limit:
+                break
+    if not rows:
+        raise ValueError(f"{path}: no conversations")
+    return rows
+
+
+def tokenize_conversation(
+    tokenizer: Any, messages: Sequence[dict[str, str]], max_length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Render ``messages`` with the tokenizer's chat template; return ``(input_ids, loss_mask)``, both ``(T,)``.
+
+    The loss mask marks the characters each assistant turn adds to the rendered text (content plus the
+    template's end-of-turn marker), mapped to tokens through the fast tokenizer's offsets.  Raises ValueError
+    when the template is not prefix-stable (a later turn rewrites earlier text), where no such span exists.
+    """
+    msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
+    text = tokenizer.apply_chat_template(msgs, tokenize=False)
+    spans: list[tuple[int, int]] = []
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        before = tokenizer.apply_chat_template(msgs[:i], tokenize=False, add_generation_prompt=True) if i else ""
+        upto = tokenizer.apply_chat_template(msgs[: i + 1], tokenize=False)
+        if not (upto.startswith(before) and text.startswith(upto)):
+            raise ValueError("the target's chat template is not prefix-stable; cannot locate assistant spans")
+        spans.append((len(before), len(upto)))
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = enc["input_ids"][:max_length]
+    offsets = enc["offset_mapping"][:max_length]
+    mask = [int(any(s <= a < e for s, e in spans)) for a, _b in offsets]
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.long)
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    """A cached feature directory and what produced it."""
+
+    path: Path
+    key: str
+    num_samples: int
+    num_tokens: int
+    num_loss_tokens: int
+    reused: bool
+
+
+def feature_key(target_hash: str, data_hash: str, aux_layer_ids: Sequence[int], max_length: int,
+                max_samples: int | None, dtype: str) -> str:
+    """Cache key: target hash + data hash + layer ids + tokenisation/dtype settings + format version."""
+    return json_hash(
+        {
+            "v": FEATURE_FORMAT_VERSION,
+            "target": target_hash,
+            "data": data_hash,
+            "aux": list(aux_layer_ids),
+            "max_length": max_length,
+            "max_samples": max_samples,
+            "dtype": dtype,
+        }
+    )[:20]
+
+
+@torch.inference_mode()
+def generate_features(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    data_path: str | Path,
+    cache_root: str | Path,
+    *,
+    target_hash: str,
+    aux_layer_ids: Sequence[int],
+    max_length: int,
+    max_samples: int | None = None,
+    dtype: str = "bfloat16",
+    progress: bool = True,
+) -> FeatureSet:
+    """Write (or reuse) the offline features for ``data_path`` under ``cache_root/<key>/``."""
+    n_layers = int(model.config.num_hidden_layers)
+    bad = [i for i in aux_layer_ids if not 0 <= i < n_layers]
+    if len(aux_layer_ids) != 3 or bad:
+        raise ValueError(f"aux_layer_ids={list(aux_layer_ids)}: need 3 layer ids in [0, {n_layers}) for this target")
+    key = feature_key(target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype)
+    out = Path(cache_root) / key
+    manifest_path = out / MANIFEST
+    if manifest_path.is_file():
+        m = json.loads(manifest_path.read_text())
+        return FeatureSet(out, key, m["num_samples"], m["num_tokens"], m["num_loss_tokens"], reused=True)
+
+    rows = read_conversations(data_path, max_samples)
+    torch_dtype = getattr(torch, dtype)
+    Path(cache_root).mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_root))
+    was_training = model.training
+    model.eval()
+    backbone = model.get_decoder() if hasattr(model, "get_decoder") else model
+    n_tokens = n_loss = n_written = 0
+    try:
+        for i, row in enumerate(tqdm(rows, desc="target features", unit="conv", disable=not progress)):
+            input_ids, loss_mask = tokenize_conversation(tokenizer, row["conversations"], max_length)
+            if int(loss_mask.sum()) == 0:
+                continue  # nothing supervised (e.g. the assistant turn was truncated away)
+            # the decoder stack only: the lm_head (~20% of a small target's FLOPs) is not needed here
+            outputs = backbone(input_ids=input_ids[None].to(model.device), output_hidden_states=True)
+            hs = outputs.hidden_states
+            aux = torch.cat([hs[j + 1] for j in aux_layer_ids], dim=-1)
+            group = (n_written // ROWS_PER_DIR) * ROWS_PER_DIR
+            d = tmp / f"rows_{group}-{group + ROWS_PER_DIR}"
+            d.mkdir(exist_ok=True)
+            record = {
+                "input_ids": input_ids.cpu(),
+                "loss_mask": loss_mask.cpu(),
+                "hidden_state": hs[-1].to(torch_dtype).cpu().contiguous(),
+                "aux_hidden_state": aux.to(torch_dtype).cpu().contiguous(),
+            }
+            torch.save(record, d / f"data_{n_written}.ckpt")
+            n_written += 1
+            n_tokens += int(input_ids.numel())
+            n_loss += int(loss_mask.sum())
+        if n_written == 0:
+            raise ValueError(f"{data_path}: no conversation has a supervised assistant token within max_length={max_length}")
+        manifest = {
+            "format": "specforge-offline-eagle3",
+            "version": FEATURE_FORMAT_VERSION,
+            "key": key,
+            "target_hash": target_hash,
+            "data_path": str(data_path),
+            "aux_layer_ids": list(aux_layer_ids),
+            "max_length": max_length,
+            "dtype": dtype,
+            "num_samples": n_written,
+            "num_tokens": n_tokens,
+            "num_loss_tokens": n_loss,
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        if out.exists():  # a concurrent run finished first; keep its copy
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        model.train(was_training)
+    return FeatureSet(out, key, n_written, n_tokens, n_loss, reused=False)
