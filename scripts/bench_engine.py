@@ -1,0 +1,52 @@
+"""Time one target forward, one drafter forward and the batched pool evaluation for N in {1,2,4,7,14,28}.
+
+    python scripts/bench_engine.py                         # tiny target and SmolLM2-sized dims, CPU, ~2-5 min
+    python scripts/bench_engine.py --dims tiny --repeats 50
+    python scripts/bench_engine.py --device cuda --dtype bfloat16 --json bench_engine.json   # GPU machine
+
+Prints each cost as a ratio to one drafter forward and to one target forward (goal: N=7 pool evaluation
+<= 1.5x one drafter forward) and writes all numbers as JSON (stdout or --json). Random weights; plain
+argparse (a micro-benchmark with no config groups).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from hedgespec.engine.bench import bench_engine, format_bench
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dims", nargs="+", default=["tiny", "smollm2"], choices=["tiny", "smollm2"])
+    ap.add_argument("--ns", nargs="+", type=int, default=[1, 2, 4, 7, 14, 28])
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--rows", type=int, default=4, help="verified rows per evaluation (about one round's MAT)")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
+    ap.add_argument("--json", default=None, help="write the results here (default: print JSON to stdout)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = []
+    for dims in args.dims:
+        res = bench_engine(dims, args.ns, args.context, args.k, args.rows, args.repeats, args.device, args.dtype)
+        print(format_bench(res), flush=True)
+        results.append(res)
+    text = json.dumps(results, indent=2)
+    if args.json:
+        with open(args.json, "w") as fh:
+            fh.write(text)
+    else:
+        print(text)
+    return results
+
+
+if __name__ == "__main__":
+    main()
