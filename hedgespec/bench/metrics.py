@@ -1,0 +1,213 @@
+"""Benchmark metrics (SPEC §7), per request and aggregated, and the result-JSON schema.
+
+Per request (``request_metrics``):
+
+* ``mat``: tokens emitted by verification rounds / rounds (accepted drafts + bonus; SPEC §7).
+* ``tokens_per_s``: generated tokens / wall time of the whole request (prefill included), batch 1.
+* ``target_forwards_per_token``: (1 prefill + rounds) / (1 + generated): target calls per output token,
+  1.0 for plain autoregressive decoding, ≈ 1/MAT for long requests.
+* ``regret`` / ``avg_regret``: Σ_t f_t[i_t] − min_i Σ_t f_t[i] with the ETAP loss f = 1 − γ on the request's own
+  trajectory (:func:`hedgespec.sim.runner.regret_curve`), total and per token; ``best_drafter`` is that i.
+* ``selection_overhead``: (evaluate + update) / (draft + verify + evaluate + update) time, i.e. the share of
+  round time spent on the counterfactual evaluation of the pool and the learner update; also as ratios to
+  one target forward (``evaluate_x_verify``, ``update_x_verify``).
+* ``oracle_drafter`` / ``oracle_mat`` / ``fixed_mats``: best fixed drafter in hindsight by MAT and every
+  fixed drafter's MAT on the request (when the runner computed them).
+
+Aggregates pool tokens and rounds over requests (``mat`` = Σ generated / Σ rounds) and also report
+per-request means. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from hedgespec.sim.runner import regret_curve
+
+RESULT_FORMAT = "hedgespec.bench.result"
+RESULT_VERSION = 1
+
+ROUND_KEYS = ("draft", "verify", "evaluate", "update")
+
+
+def chosen_per_position(rounds: Sequence[Mapping[str, Any]], total: int) -> np.ndarray:
+    """Drafter covering each generated position, from trace rounds (``start``, ``emitted``, ``chosen``)."""
+    out = np.zeros(total, dtype=np.int64)
+    for r in rounds:
+        s, e = int(r["start"]), int(r["emitted"])
+        out[s : s + e] = int(r["chosen"])
+    return out
+
+
+def regret_from_trace(gamma: Sequence[Sequence[float]], rounds: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, int]:
+    """Cumulative ETAP regret curve [T] vs the best fixed drafter in hindsight, and that drafter."""
+    g = np.asarray(gamma, dtype=np.float64)
+    if g.size == 0:
+        return np.zeros(0), 0
+    curve = regret_curve(g, chosen_per_position(rounds, len(g)))
+    best = int(np.argmin((1.0 - g).sum(axis=0)))
+    return curve, best
+
+
+def overhead(timings: Mapping[str, float]) -> dict[str, float | None]:
+    """Selection overhead and the pool/learner costs as ratios to the verification (target forward) time."""
+    rt = sum(float(timings.get(k, 0.0)) for k in ROUND_KEYS)
+    ev, up, ver = (float(timings.get(k, 0.0)) for k in ("evaluate", "update", "verify"))
+    return {
+        "selection_overhead": (ev + up) / rt if rt > 0 else None,
+        "evaluate_x_verify": ev / ver if ver > 0 else None,
+        "update_x_verify": up / ver if ver > 0 else None,
+    }
+
+
+def _r(x: float, nd: int = 4) -> float:
+    return float(round(float(x), nd))
+
+
+def request_metrics(
+    *,
+    request_id: str,
+    domain: str,
+    generated: int,
+    rounds: int,
+    wall_s: float,
+    histogram: Sequence[int],
+    timings: Mapping[str, float] | None = None,
+    gamma: Sequence[Sequence[float]] | None = None,
+    trace_rounds: Sequence[Mapping[str, Any]] | None = None,
+    accepted: Sequence[int] | None = None,
+    chosen: Sequence[int] | None = None,
+    weights: Sequence[Sequence[float] | None] | None = None,
+    mat: float | None = None,
+    save_rounds: bool = True,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One request's record (JSON-able). ``gamma``/``trace_rounds`` enable regret; ``save_rounds`` keeps curves."""
+    timings = dict(timings or {})
+    rec: dict[str, Any] = {
+        "request_id": request_id,
+        "domain": domain,
+        "generated": int(generated),
+        "rounds": int(rounds),
+        "mat": float(mat) if mat is not None else (generated / rounds if rounds else 0.0),
+        "wall_s": float(wall_s),
+        "tokens_per_s": generated / wall_s if wall_s > 0 else None,
+        "target_forwards": int(rounds) + 1,
+        "target_forwards_per_token": (rounds + 1) / (generated + 1),
+        "histogram": [int(h) for h in histogram],
+        "timings": {k: float(v) for k, v in timings.items()},
+        **overhead(timings),
+        "regret": None,
+        "avg_regret": None,
+        "best_drafter": None,
+    }
+    if gamma is not None and trace_rounds is not None and len(gamma):
+        curve, best = regret_from_trace(gamma, trace_rounds)
+        rec.update(regret=float(curve[-1]), avg_regret=float(curve[-1]) / len(curve), best_drafter=best)
+        if save_rounds:
+            rec["regret_curve"] = [_r(x) for x in curve]
+    if save_rounds:
+        rec["chosen"] = [int(c) for c in (chosen or [])]
+        rec["accepted"] = [int(a) for a in (accepted or [])]
+        rec["weights"] = None if not weights or all(w is None for w in weights) else [
+            None if w is None else [_r(x) for x in w] for w in weights
+        ]
+    rec.update(extra)
+    return rec
+
+
+def _mean(xs: Iterable[Any]) -> float | None:
+    vals = [float(x) for x in xs if x is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Aggregate request records: pooled MAT / tokens/s / overhead, per-request means, regret, oracle ratios."""
+    if not records:
+        raise ValueError("aggregate: no request records (empty workload?)")
+    gen = sum(int(r["generated"]) for r in records)
+    rounds = sum(int(r["rounds"]) for r in records)
+    wall = sum(float(r["wall_s"]) for r in records)
+    tsum: dict[str, float] = {}
+    for r in records:
+        for k, v in (r.get("timings") or {}).items():
+            tsum[k] = tsum.get(k, 0.0) + float(v)
+    regrets = [r.get("regret") for r in records]
+    with_regret = [r for r in records if r.get("regret") is not None]
+    oracle = [r for r in records if r.get("oracle_mat") is not None]
+    out: dict[str, Any] = {
+        "n_requests": len(records),
+        "generated": gen,
+        "rounds": rounds,
+        "mat": gen / rounds if rounds else 0.0,
+        "mat_mean": _mean(r["mat"] for r in records),
+        "wall_s": wall,
+        "tokens_per_s": gen / wall if wall > 0 else None,
+        "target_forwards_per_token": (rounds + len(records)) / (gen + len(records)),
+        "regret_mean": _mean(regrets),
+        "avg_regret": (sum(float(r["regret"]) for r in with_regret) / sum(int(r["generated"]) for r in with_regret))
+        if with_regret and sum(int(r["generated"]) for r in with_regret) else None,
+        "timings": tsum,
+        **overhead(tsum),
+        "update_ms_per_round": 1e3 * tsum.get("update", 0.0) / rounds if rounds and "update" in tsum else None,
+        "oracle_mat": None,
+        "mat_vs_oracle": None,
+    }
+    if oracle:
+        og = sum(int(r["generated"]) for r in oracle)
+        orounds = sum(int(r["generated"]) / float(r["oracle_mat"]) for r in oracle)
+        own = sum(int(r["rounds"]) for r in oracle)
+        out["oracle_mat"] = og / orounds if orounds else None
+        out["mat_vs_oracle"] = (og / own) / out["oracle_mat"] if own and out["oracle_mat"] else None
+    return out
+
+
+def per_domain(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    doms: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        doms.setdefault(str(r["domain"]), []).append(r)
+    return {d: aggregate(rs) for d, rs in sorted(doms.items())}
+
+
+# ----------------------------------------------------------------------------------------- schema
+_TOP = {
+    "format": str, "version": int, "command": str, "selector": str, "selector_name": str, "workload": str,
+    "backend": str, "seed": int, "pool": dict, "decoding": dict, "aggregate": dict, "per_domain": dict,
+    "requests": list, "config": dict, "env": dict, "timing": dict,
+}
+_AGG = ("n_requests", "generated", "rounds", "mat", "tokens_per_s", "target_forwards_per_token", "avg_regret",
+        "selection_overhead", "oracle_mat", "mat_vs_oracle")
+_REQ = ("request_id", "domain", "generated", "rounds", "mat", "wall_s", "tokens_per_s", "target_forwards_per_token",
+        "regret", "avg_regret", "best_drafter", "histogram", "selection_overhead")
+
+
+def validate_result(res: Mapping[str, Any]) -> None:
+    """Check a bench result against the v1 schema; ``ValueError`` names the first bad field."""
+    if res.get("format") != RESULT_FORMAT or res.get("version") != RESULT_VERSION:
+        raise ValueError(f"not a {RESULT_FORMAT} v{RESULT_VERSION} result (format={res.get('format')!r}, "
+                         f"version={res.get('version')!r})")
+    for key, typ in _TOP.items():
+        if key not in res:
+            raise ValueError(f"bench result lacks field {key!r}")
+        if not isinstance(res[key], typ):
+            raise ValueError(f"bench result field {key!r} must be {typ.__name__}, got {type(res[key]).__name__}")
+    for key in ("name", "drafters", "domains"):
+        if key not in res["pool"]:
+            raise ValueError(f"bench result field pool.{key} is missing")
+    for key in _AGG:
+        if key not in res["aggregate"]:
+            raise ValueError(f"bench result field aggregate.{key} is missing")
+    if res["aggregate"]["n_requests"] != len(res["requests"]):
+        raise ValueError("bench result: aggregate.n_requests does not match len(requests)")
+    n = len(res["pool"]["drafters"])
+    for j, r in enumerate(res["requests"]):
+        for key in _REQ:
+            if key not in r:
+                raise ValueError(f"bench result requests[{j}] lacks field {key!r}")
+        if len(r["histogram"]) != n or sum(r["histogram"]) != r["rounds"]:
+            raise ValueError(f"bench result requests[{j}].histogram must have {n} counts summing to rounds")
+        if r["rounds"] and not 1.0 <= r["mat"] <= float(res["decoding"].get("k", 1e9)) + 1.0 + 1e-9:
+            raise ValueError(f"bench result requests[{j}].mat={r['mat']} outside [1, K+1]")

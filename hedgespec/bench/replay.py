@@ -1,0 +1,109 @@
+"""Fig 5a/5b from engine traces: replay every selector exactly over recorded full-counterfactual traces.
+
+``python scripts/bench.py ... trace=<path>`` records, per request, one greedy pass in which every drafter drafts
+from every position (``hedgespec.engine.trace`` with ``runs``); under greedy decoding that table determines any
+selector's rounds exactly (:func:`hedgespec.sim.replay.replay_request`). :func:`replay_selectors` replays the
+bench selectors over sub-pools of growing size N (the generalist first, then the pool order) and returns results
+in the simulator's shape (``results[label][N] = {mat, avg_regret, oracle_mat, regret_curve}``), so the same
+plots (:mod:`hedgespec.plots`) and RESULTS.md tables apply. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hedgespec.bench.report import mean_curve
+from hedgespec.selectors import make_selector
+from hedgespec.sim.greedy import best_fixed_mat, replay_greedy
+from hedgespec.sim.replay import load_trace
+from hedgespec.sim.runner import regret_curve
+from hedgespec.types import RequestContext
+
+REPLAY_FORMAT = "hedgespec.bench.replay"
+#: label -> (make_selector name, kwargs); ``eagle`` is Fixed on the generalist, ``oracle`` gets best_drafter
+REPLAY_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
+    "hedgespec": ("hedgespec", {}),
+    "hedgespec_eal": ("hedgespec_eal", {}),
+    "ucbspec": ("ucbspec", {}),
+    "exp3spec": ("exp3spec", {}),
+    "metasd": ("metasd", {}),
+    "eagle": ("fixed", {}),
+    "oracle": ("oracle", {}),
+}
+
+
+def sub_pool(names: Sequence[str], n: int, generalist: str = "general") -> list[int]:
+    """Column indices of an N-drafter sub-pool: the generalist first, then the others in pool order."""
+    order = ([names.index(generalist)] if generalist in names else []) + [i for i, x in enumerate(names) if x != generalist]
+    if not 1 <= n <= len(order):
+        raise ValueError(f"sub-pool size {n} must be in [1, {len(order)}] for the traced pool {list(names)}")
+    return order[:n]
+
+
+def replay_selectors(trace_path: str | Path, sizes: Sequence[int] | None = None, labels: Sequence[str] | None = None,
+                     seed: int = 0) -> dict[str, Any]:
+    """Replay ``labels`` (default: all of :data:`REPLAY_SELECTORS`) over sub-pools of ``sizes`` (default: 2, 4, …, N)."""
+    reqs = load_trace(trace_path)
+    if not reqs:
+        raise ValueError(f"{trace_path}: no requests in the trace")
+    inexact = [r.header.get("request_id") for r in reqs if not r.exact]
+    if inexact:
+        raise ValueError(f"{trace_path}: requests {inexact[:3]} were traced without full_counterfactual (no exact runs); "
+                         "record traces with `python scripts/bench.py ... trace=<path>`")
+    names = list(reqs[0].header["drafters"])
+    if any(list(r.header["drafters"]) != names for r in reqs):
+        raise ValueError(f"{trace_path}: requests were traced with different pools")
+    k = reqs[0].k
+    n_all = len(names)
+    sizes = list(sizes) if sizes else sorted({min(n_all, 2 ** j) for j in range(1, n_all.bit_length() + 1)} | {n_all})
+    labels = list(labels or REPLAY_SELECTORS)
+    bad = [x for x in labels if x not in REPLAY_SELECTORS]
+    if bad:
+        raise ValueError(f"unknown replay selector(s) {bad}; expected some of {list(REPLAY_SELECTORS)}")
+    results: dict[str, dict[str, Any]] = {x: {} for x in labels}
+    for n in sizes:
+        cols = sub_pool(names, int(n))
+        tables = [(r, r.gamma[:, cols], r.runs[:, cols]) for r in reqs if len(r.gamma)]
+        oracle = [best_fixed_mat(runs, k) for _, _, runs in tables]
+        total = sum(len(g) for _, g, _ in tables)
+        oracle_rounds = sum(len(g) / mats[b] for (_, g, _), (b, mats) in zip(tables, oracle))
+        for label in labels:
+            name, kw = REPLAY_SELECTORS[label]
+            kw = dict(kw)
+            if name in ("hedgespec", "hedgespec_eal", "ucbspec", "exp3spec", "metasd"):
+                kw["seed"] = seed
+            sel = make_selector(name, **kw)  # index 0 of the sub-pool is the generalist (sub_pool order)
+            rounds, regret, curves = 0, 0.0, []
+            for (r, g, runs), (best, _) in zip(tables, oracle):
+                ctx = RequestContext(request_id=r.header.get("request_id", 0), best_drafter=best)
+                res = replay_greedy(g, runs, sel, k, ctx)
+                c = regret_curve(g, res.chosen_per_position)
+                rounds += res.rounds
+                regret += float(c[-1])
+                curves.append(c)
+            results[label][str(n)] = {"mat": total / rounds, "avg_regret": regret / total, "oracle_mat": total / oracle_rounds,
+                                      "regret_curve": [round(float(x), 4) for x in mean_curve(curves)]}
+    meta_path = Path(str(trace_path) + ".meta.json")
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    return {"format": REPLAY_FORMAT, "version": 1, "trace": str(trace_path), "pool": meta.get("pool"),
+            "trace_commands": meta.get("commands", []), "n_requests": len(reqs), "k": k,
+            "drafters": names, "sizes": [int(n) for n in sizes], "tokens": int(sum(len(r.gamma) for r in reqs)),
+            "results": results}
+
+
+def replay_table(out: dict[str, Any]) -> str:
+    ns = [str(n) for n in out["sizes"]]
+    rows = ["| selector | " + " | ".join(f"N={n}: MAT / avg regret" for n in ns) + " |", "|---" * (len(ns) + 1) + "|"]
+    for label, by in out["results"].items():
+        rows.append(f"| {label} | " + " | ".join(f"{by[n]['mat']:.2f} / {by[n]['avg_regret']:.4f}" for n in ns) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def mean_oracle(out: dict[str, Any]) -> dict[str, float]:
+    first = next(iter(out["results"].values()))
+    return {n: float(np.round(v["oracle_mat"], 4)) for n, v in first.items()}

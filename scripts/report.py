@@ -1,0 +1,91 @@
+"""Collect bench results into one table + figure set, or regenerate docs/RESULTS.md.
+
+    python scripts/report.py collect multirun/bench/2026-11-29_18-00-00            # a Hydra multirun dir
+    python scripts/report.py collect outputs/bench/smollm2 --out reports/main       # a wandb sweep's run dirs
+    python scripts/report.py results                                               # docs/results/*.json -> docs/RESULTS.md
+    python scripts/report.py replay traces/mixed.jsonl --out docs/results/engine_replay.json   # Fig 5a/5b from engine traces
+
+`collect` finds every results.json (hedgespec.bench.result v1) under the given paths/globs and writes table.md
+(mean ± std over seeds, ratios to the generalist and the oracle, issue-7 goals), summary.json and per-workload
+figures (MAT per domain × selector, regret curves) into --out (default: <first path>/report).
+`results` regenerates docs/RESULTS.md from the committed small JSON under docs/results/ (bench results, simulator
+results, learner timings), every number next to its command, side by side with the paper (SPEC §8).
+
+`replay` replays every selector exactly over full-counterfactual engine traces (`scripts/bench.py ... trace=<path>`,
+greedy) for sub-pools of growing size, and writes the simulator-shaped JSON + regret/scaling PNGs next to --out.
+
+A post-processing tool, not an experiment: plain argparse (no Hydra run dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hedgespec.bench.report import load_results, results_markdown, write_collection, write_text_atomic
+
+
+def replay(args: argparse.Namespace, argv: list[str] | None) -> None:
+    import shlex
+
+    from hedgespec.bench.replay import replay_selectors, replay_table
+    from hedgespec.bench.report import write_json_atomic
+    from hedgespec.plots import plot_regret_curves, plot_scaling
+
+    if not Path(args.trace).is_file():
+        raise ValueError(f"trace {args.trace} does not exist; record one with `python scripts/bench.py ... trace=<path>`")
+    out = replay_selectors(args.trace, args.sizes, seed=args.seed)
+    out["pool"] = args.pool or out.get("pool")
+    out["command"] = "python scripts/report.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    path = Path(args.out)
+    write_json_atomic(out, path)
+    big = str(max(out["sizes"]))
+    plot_regret_curves({k: {big: v[big]} for k, v in out["results"].items()}, path.with_suffix(".regret.png"),
+                       f"Engine-trace replay: cumulative regret (mean over {out['n_requests']} requests), N={big}")
+    if len(out["sizes"]) > 1:
+        plot_scaling(out["results"], path.with_suffix(".scaling.png"), f"Engine-trace replay: scaling with N (K={out['k']})")
+    print(replay_table(out))
+    print(f"wrote {path} (+ PNGs)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect", help="results.json files/dirs/globs -> table.md, summary.json, PNGs")
+    c.add_argument("paths", nargs="+")
+    c.add_argument("--out", default=None, help="output dir (default: <first path>/report)")
+    r = sub.add_parser("results", help="regenerate docs/RESULTS.md from docs/results/*.json")
+    r.add_argument("--results-dir", default="docs/results")
+    r.add_argument("--out", default="docs/RESULTS.md")
+    r.add_argument("--embedded-pool", default="smollm2")
+    p = sub.add_parser("replay", help="full-counterfactual engine traces -> Fig 5a/5b JSON + PNGs")
+    p.add_argument("trace")
+    p.add_argument("--sizes", nargs="+", type=int, default=None, help="sub-pool sizes (default: 2, 4, ..., N)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="engine_replay.json")
+    p.add_argument("--pool", default=None, help="the traced pool's name (default: from <trace>.meta.json, written by scripts/bench.py)")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "collect":
+            results = load_results(args.paths)
+            out = Path(args.out) if args.out else Path(args.paths[0]) / "report"
+            files = write_collection(results, out)
+            print((out / "table.md").read_text())
+            print(f"{len(results)} runs -> " + ", ".join(sorted(Path(f).name for f in files.values())) + f" in {out}")
+        elif args.cmd == "replay":
+            replay(args, argv)
+        else:
+            if not Path(args.results_dir).is_dir():
+                raise ValueError(f"--results-dir {args.results_dir} is not a directory")
+            text = results_markdown(args.results_dir, args.embedded_pool)
+            write_text_atomic(text, args.out)
+            print(f"wrote {args.out} ({len(text.splitlines())} lines)")
+    except ValueError as err:
+        print(f"report: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

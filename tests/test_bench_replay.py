@@ -1,0 +1,58 @@
+"""Fig 5a/5b from engine traces: bench.py trace=<path> + exact replay reproduce the live engine runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from _bench_helpers import compose_bench, inject
+from hedgespec.bench.app import bench_main
+from hedgespec.bench.replay import replay_selectors, sub_pool
+from hedgespec.bench.report import results_markdown
+from hedgespec.bench.runners import run_bench
+
+BASE = ["workload=prompts", "chat_template=false", "max_new_tokens=20"]
+
+
+def test_replay_of_traces_equals_live_engine_runs(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    live = {}
+    for sel in ("eagle", "hedgespec", "ucbspec", "exp3spec", "oracle"):
+        extra = [f"trace={trace}"] if sel == "eagle" else []
+        live[sel] = run_bench(compose_bench(BASE + [f"selector={sel}", *extra]), **inject())
+    out = replay_selectors(trace, sizes=[2, 4])
+    assert out["n_requests"] == 3 and out["drafters"] == ["general", "code", "sql", "clinical"]
+    for sel, res in live.items():
+        rep = out["results"][sel]["4"]
+        assert rep["mat"] == pytest.approx(res["aggregate"]["mat"]), sel  # exact replay under greedy decoding
+        assert rep["avg_regret"] == pytest.approx(res["aggregate"]["avg_regret"], abs=1e-9), sel
+    oracle_mat = live["oracle"]["aggregate"]["mat"]
+    assert out["results"]["hedgespec"]["4"]["oracle_mat"] == pytest.approx(oracle_mat)
+    assert out["results"]["oracle"]["2"]["mat"] <= oracle_mat + 1e-9  # a sub-pool cannot beat the full pool's oracle
+
+
+def test_replay_cli_and_results_section(tmp_path):
+    from test_bench_report import _report_main
+
+    trace = tmp_path / "trace.jsonl"
+    bench_main(compose_bench(BASE + ["selector=eagle", f"trace={trace}"]), tmp_path / "run", command="python scripts/bench.py X", **inject())
+    out = tmp_path / "res" / "engine_replay.json"
+    assert _report_main(["replay", str(trace), "--sizes", "2", "4", "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["command"].startswith("python scripts/report.py replay") and d["pool"] == "tiny"
+    assert d["trace_commands"] == ["python scripts/bench.py X"]
+    assert out.with_suffix(".regret.png").is_file() and out.with_suffix(".scaling.png").is_file()
+    text = results_markdown(out.parent)
+    assert "Engine traces, exact replay — pipeline check on pool `tiny`" in text
+    assert f"| hedgespec | {d['results']['hedgespec']['2']['mat']:.2f} / " in text
+    assert "Engine-trace half of Fig 5a/5b on the embedded default awaits the trained pool" in text
+    assert "trace recorded by `python scripts/bench.py X`" in text
+
+
+def test_replay_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="sub-pool size 9"):
+        sub_pool(["general", "a"], 9)
+    trace = tmp_path / "live.jsonl"
+    with pytest.raises(ValueError, match="temperature=0"):
+        run_bench(compose_bench(BASE + ["selector=eagle", f"trace={trace}", "temperature=0.7"]), **inject())
