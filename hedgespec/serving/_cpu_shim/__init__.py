@@ -1,0 +1,1 @@
+"""Directory put on ``PYTHONPATH`` for ``device=cpu`` servers only; it holds the ``sgl_kernel`` shim."""

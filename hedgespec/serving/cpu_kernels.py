@@ -1,0 +1,395 @@
+"""Pure-torch stand-ins for the sgl-kernel CPU ops that SGLang's EAGLE/EAGLE-3 path calls (``device=cpu``).
+
+Pinned to **sglang 0.5.23** (:data:`SGLANG_VERSION`). SGLang's CPU backend expects the source-built CPU
+``sgl_kernel`` (AMX Xeon). On any other CPU the EAGLE path has no kernels at all, so this module supplies
+functional (not fast) versions of exactly the ops that path calls:
+
+* attention (``intel_amx`` backend): ``decode_attention_cpu``, ``extend_attention_cpu`` (torch ops
+  ``torch.ops.sgl_kernel.*``), ``build_draft_decode_metadata_cpu``;
+* speculative bookkeeping: ``build_tree_kernel_efficient_cpu``, ``verify_tree_greedy_cpu``,
+  ``assign_draft_cache_locs_contiguous_cpu``, ``assign_extend_cache_locs_cpu``,
+  ``assign_req_to_token_pool_cpu``, ``fill_bonus_tokens_cpu``, ``fill_accept_out_cache_loc_cpu``,
+  ``copy_all_layer_kv_cache_cpu``, ``rotate_input_ids_cpu``.
+
+The semantics follow the argument contracts documented at SGLang's call sites (``kernels/ops/speculative``,
+``layers/attention/intel_amx_backend.py``) and the CPU kernel contracts in sgl-kernel ``csrc/cpu/spec.cpp``;
+the code is written from those contracts, loop by loop, for readability. Every op is tested against a
+straightforward reference in ``tests/test_serving_cpu_kernels.py``.
+
+Nothing happens at import. :func:`install` (idempotent) registers the two attention ops in the
+``sgl_kernel`` torch-library namespace with the **CPU** dispatch key only; the ``sgl_kernel`` Python module
+that SGLang imports is the shim in ``hedgespec/serving/_cpu_shim`` which the launcher puts on
+``PYTHONPATH`` only for ``device=cpu`` (see :mod:`hedgespec.serving.server`).
+
+Unsupported features raise ``NotImplementedError`` naming the op and the feature (sliding windows,
+attention sinks, cross-attention).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+import torch
+
+SGLANG_VERSION = "0.5.23"
+
+__all__ = [
+    "SGLANG_VERSION",
+    "OPS",
+    "install",
+    "decode_attention",
+    "extend_attention",
+    "build_draft_decode_metadata",
+    "build_tree_kernel_efficient",
+    "verify_tree_greedy",
+    "assign_draft_cache_locs_contiguous",
+    "assign_extend_cache_locs",
+    "assign_req_to_token_pool",
+    "fill_bonus_tokens",
+    "fill_accept_out_cache_loc",
+    "copy_all_layer_kv_cache",
+    "rotate_input_ids",
+]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# attention
+# ----------------------------------------------------------------------------------------------------------
+def _unsupported(op: str, what: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"hedgespec CPU kernel {op}: {what} is not supported by the pure-torch CPU path "
+        f"(sglang {SGLANG_VERSION}); use a CUDA GPU or an AMX Xeon with the source-built sgl-kernel"
+    )
+
+
+def _check_plain_attention(op: str, is_cross: bool, sliding_window: int, sinks: Optional[torch.Tensor]) -> None:
+    if is_cross:
+        raise _unsupported(op, "cross-attention")
+    if sliding_window is not None and sliding_window > 0:
+        raise _unsupported(op, f"sliding-window attention (window {sliding_window - 1})")
+    if sinks is not None:
+        raise _unsupported(op, "attention sinks")
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: Optional[torch.Tensor],
+            sm_scale: float, logit_cap: float) -> torch.Tensor:
+    """softmax(q kᵀ · scale [capped], masked) v for one sequence, grouped-query heads.
+
+    q: [Tq, H, D], k: [Tk, Hkv, D], v: [Tk, Hkv, Dv], visible: [Tq, Tk] bool or None. Returns [Tq, H, Dv] fp32.
+    """
+    heads, kv_heads = q.shape[1], k.shape[1]
+    group = heads // kv_heads
+    k = k.float().repeat_interleave(group, dim=1)
+    v = v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * sm_scale
+    if logit_cap and logit_cap > 0:
+        scores = logit_cap * torch.tanh(scores / logit_cap)
+    if visible is not None:
+        scores = scores.masked_fill(~visible.unsqueeze(0), float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.einsum("hqk,khd->qhd", probs, v)
+
+
+def decode_attention(
+    q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, key_scale: float, value_scale: float,
+    o: torch.Tensor, k: Optional[torch.Tensor], v: Optional[torch.Tensor], loc: Optional[torch.Tensor],
+    attn_logits: torch.Tensor, req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor, sm_scale: float, logit_cap: float, is_cross: bool, sliding_window: int,
+    encoder_lens: Optional[torch.Tensor], sinks: Optional[torch.Tensor],
+) -> None:
+    """One query token per sequence (``decode_attention_cpu``).
+
+    Writes the new ``k``/``v`` rows into the KV buffers at ``loc`` (when given), then for sequence i attends
+    over the slots ``req_to_token[req_pool_indices[i], :seq_lens[i]]`` (the new token included) and writes
+    ``o[i]``. ``attn_logits`` is the real kernel's split-K scratch; it is not used here.
+    """
+    _check_plain_attention("decode_attention_cpu", is_cross, sliding_window, sinks)
+    if k is not None and v is not None:
+        k_buffer[loc] = k.view(-1, *k_buffer.shape[1:]).to(k_buffer.dtype)
+        v_buffer[loc] = v.view(-1, *v_buffer.shape[1:]).to(v_buffer.dtype)
+    for i in range(q.shape[0]):
+        slots = req_to_token[int(req_pool_indices[i]), : int(seq_lens[i])].long()
+        keys = k_buffer[slots].float() * key_scale
+        values = v_buffer[slots].float() * value_scale
+        o[i] = _attend(q[i : i + 1], keys, values, None, sm_scale, logit_cap)[0].to(o.dtype)
+
+
+def extend_attention(
+    q_extend: torch.Tensor, k_extend: Optional[torch.Tensor], v_extend: Optional[torch.Tensor],
+    o_extend: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, key_scale: float,
+    value_scale: float, req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor, extend_start_loc: torch.Tensor, max_len_extend: Optional[int],
+    sm_scale: float, logit_cap: float, is_cross: bool, sliding_window: int,
+    encoder_lens: Optional[torch.Tensor], sinks: Optional[torch.Tensor], tree_mask: Optional[torch.Tensor],
+    is_causal: bool,
+) -> None:
+    """Prefill/extend and target-verify attention (``extend_attention_cpu``).
+
+    Sequence i owns query rows ``extend_start_loc[i] : + extend_seq_lens[i]`` (E rows). It sees its prefix of
+    ``seq_lens[i] - E`` cached slots (from ``req_to_token``) fully, and its own E new keys (``k_extend``, or
+    the cache when ``k_extend`` is None) causally — or, when ``tree_mask`` is given, as the
+    QLEN_ONLY tree mask says: new key m is visible to row j iff ``tree_mask[i·E·E + j·E + m]``.
+    """
+    _check_plain_attention("extend_attention_cpu", is_cross, sliding_window, sinks)
+    for i in range(extend_seq_lens.shape[0]):
+        total, ext, start = int(seq_lens[i]), int(extend_seq_lens[i]), int(extend_start_loc[i])
+        prefix = total - ext
+        row = req_to_token[int(req_pool_indices[i])]
+        pk = k_buffer[row[:prefix].long()].float() * key_scale
+        pv = v_buffer[row[:prefix].long()].float() * value_scale
+        if k_extend is not None and v_extend is not None:
+            ek, ev = k_extend[start : start + ext].float(), v_extend[start : start + ext].float()
+        else:
+            ek = k_buffer[row[prefix:total].long()].float() * key_scale
+            ev = v_buffer[row[prefix:total].long()].float() * value_scale
+        if tree_mask is not None:
+            inner = tree_mask.view(-1)[i * ext * ext : (i + 1) * ext * ext].view(ext, ext).bool()
+        elif is_causal:
+            inner = torch.ones(ext, ext, dtype=torch.bool).tril()
+        else:
+            inner = torch.ones(ext, ext, dtype=torch.bool)
+        visible = torch.cat([torch.ones(ext, prefix, dtype=torch.bool), inner], dim=1)
+        out = _attend(q_extend[start : start + ext], torch.cat([pk, ek]), torch.cat([pv, ev]), visible,
+                      sm_scale, logit_cap)
+        o_extend[start : start + ext] = out.to(o_extend.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# speculative bookkeeping (index manipulation; tensors are small)
+# ----------------------------------------------------------------------------------------------------------
+def build_draft_decode_metadata(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
+                                seq_lens: torch.Tensor, topk: int, num_steps: int, pool_len: int) -> torch.Tensor:
+    """Row ``b·topk + c`` = request b's committed prefix, then candidate c's ``num_steps`` draft slots
+    (laid out contiguously at ``seq_len + c·num_steps`` by ``assign_draft_cache_locs_contiguous``)."""
+    out = torch.zeros(req_pool_indices.shape[0] * topk, pool_len, dtype=req_to_token.dtype)
+    for b in range(req_pool_indices.shape[0]):
+        src, sl = req_to_token[int(req_pool_indices[b])], int(seq_lens[b])
+        for c in range(topk):
+            out[b * topk + c, :sl] = src[:sl]
+            out[b * topk + c, sl : sl + num_steps] = src[sl + c * num_steps : sl + (c + 1) * num_steps]
+    return out
+
+
+def _parent_slot(sel: list[int], parents: list[int], node: int, topk: int) -> int:
+    """Tree slot (1..n-1, 0 = root) of draft node ``node``'s parent; n when the parent is not in the tree."""
+    parent_tb = sel[node] // topk
+    if parent_tb == 0:
+        return 0
+    target = parents[parent_tb]
+    for pos, s in enumerate(sel):
+        if s == target:
+            return pos + 1
+    return len(sel) + 1
+
+
+def build_tree_kernel_efficient(
+    parent_list: torch.Tensor, selected_index: torch.Tensor, verified_seq_len: torch.Tensor,
+    tree_mask: torch.Tensor, positions: torch.Tensor, retrieve_index: torch.Tensor,
+    retrieve_next_token: torch.Tensor, retrieve_next_sibling: torch.Tensor, topk: int, depth: int,
+    draft_token_num: int, tree_mask_mode: int,
+) -> None:
+    """EAGLE draft tree → verify inputs: retrieval links (first child / next sibling, children linked
+    newest-first), per-token positions (depth + committed length) and the ancestor mask
+    (mode 1 = QLEN_ONLY: [bs, n, n]; mode 0 = FULL_MASK: per request [n, seq_len + n] with the prefix visible).
+    ``retrieve_next_token``/``retrieve_next_sibling`` must be pre-filled with -1 by the caller."""
+    if int(tree_mask_mode) not in (0, 1):
+        raise _unsupported("build_tree_kernel_efficient_cpu", f"tree_mask_mode={int(tree_mask_mode)}")
+    n = draft_token_num
+    flat_mask = tree_mask.view(-1)
+    full_offset = 0
+    for b in range(parent_list.shape[0]):
+        sel = [int(x) for x in selected_index[b, : n - 1]]
+        parents = [int(x) for x in parent_list[b]]
+        seq_len, off = int(verified_seq_len[b]), b * n
+        retrieve_index.view(-1)[off : off + n] = torch.arange(off, off + n)
+        # parent slot of every tree slot 1..n-1
+        parent_of = {i: _parent_slot(sel, parents, i - 1, topk) for i in range(1, n)}
+        for i in range(n - 1, 0, -1):
+            p = parent_of[i]
+            if p > n - 1:
+                continue
+            first = int(retrieve_next_token.view(-1)[off + p])
+            retrieve_next_token.view(-1)[off + p] = i
+            if first != -1:
+                retrieve_next_sibling.view(-1)[off + i] = first
+        # ancestors (slot 0 = root is everyone's ancestor) and depth
+        width = n if int(tree_mask_mode) == 1 else seq_len + n
+        base = off * n if int(tree_mask_mode) == 1 else full_offset
+        col0 = 0 if int(tree_mask_mode) == 1 else seq_len
+        for t in range(n):
+            row = base + t * width
+            if int(tree_mask_mode) == 0:
+                flat_mask[row : row + seq_len] = True
+            flat_mask[row + col0 : row + col0 + n] = False
+            flat_mask[row + col0] = True
+            depth_t, cur = 0, t
+            while cur > 0:
+                depth_t += 1
+                flat_mask[row + col0 + cur] = True
+                cur = parent_of[cur]
+                if cur > n - 1:
+                    break
+            positions.view(-1)[off + t] = seq_len + depth_t
+        full_offset += n * (seq_len + n)
+
+
+def verify_tree_greedy(
+    predicts: torch.Tensor, accept_index: torch.Tensor, accept_token_num: torch.Tensor,
+    candidates: torch.Tensor, retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
+    retrive_next_sibling: torch.Tensor, target_predict: torch.Tensor,
+) -> None:
+    """Greedy acceptance along the draft tree: from the root, descend into the child whose draft token
+    equals the target's argmax at the current node; stop at the first level with no match.
+
+    Writes ``accept_index[b]`` (flat indices of the root and accepted nodes), ``accept_token_num[b]``
+    (accepted drafts, bonus excluded) and ``predicts`` (the target token after each accepted node)."""
+    steps, n = accept_index.shape[1], candidates.shape[1]
+    flat_pred, flat_target = predicts.view(-1), target_predict.reshape(-1)
+    for b in range(candidates.shape[0]):
+        last = int(retrive_index[b, 0])
+        accept_index[b, 0] = last
+        accepted, cur = 0, 0
+        for _ in range(1, steps):
+            cur = int(retrive_next_token[b, cur])
+            while cur != -1:
+                if int(candidates[b, cur]) == int(flat_target[last]):
+                    flat_pred[last] = flat_target[last]
+                    accepted += 1
+                    last = int(retrive_index[b, cur])
+                    accept_index[b, accepted] = last
+                    break
+                cur = int(retrive_next_sibling[b, cur])
+            if cur == -1:
+                break
+        accept_token_num[b] = accepted
+        flat_pred[last] = flat_target[last]
+
+
+def assign_draft_cache_locs_contiguous(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
+                                       seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, pool_len: int,
+                                       topk: int, num_steps: int) -> None:
+    """``out_cache_loc[b·w : (b+1)·w] = req_to_token[rpi[b], seq_lens[b] : + w]`` with w = topk·num_steps."""
+    width = topk * num_steps
+    for b in range(req_pool_indices.shape[0]):
+        sl = int(seq_lens[b])
+        out_cache_loc[b * width : (b + 1) * width] = req_to_token[int(req_pool_indices[b]), sl : sl + width]
+
+
+def assign_extend_cache_locs(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
+                             start_offset: torch.Tensor, end_offset: torch.Tensor, out_cache_loc: torch.Tensor,
+                             pool_len: int) -> None:
+    """Concatenate ``req_to_token[rpi[b], start[b]:end[b]]`` over b into ``out_cache_loc``."""
+    pos = 0
+    for b in range(req_pool_indices.shape[0]):
+        s, e = int(start_offset[b]), int(end_offset[b])
+        out_cache_loc[pos : pos + e - s] = req_to_token[int(req_pool_indices[b]), s:e]
+        pos += e - s
+
+
+def assign_req_to_token_pool(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
+                             start_offset: torch.Tensor, end_offset: torch.Tensor, out_cache_loc: torch.Tensor,
+                             pool_len: int) -> None:
+    """Inverse of :func:`assign_extend_cache_locs`: scatter ``out_cache_loc`` into the request rows."""
+    pos = 0
+    for b in range(req_pool_indices.shape[0]):
+        s, e = int(start_offset[b]), int(end_offset[b])
+        req_to_token[int(req_pool_indices[b]), s:e] = out_cache_loc[pos : pos + e - s].to(req_to_token.dtype)
+        pos += e - s
+
+
+def fill_bonus_tokens(accept_tokens: torch.Tensor, accept_lens: torch.Tensor, bonus_tokens: torch.Tensor,
+                      accept_stride: int) -> None:
+    """``bonus_tokens[b] = accept_tokens.flat[b·stride + accept_lens[b] − 1]`` (the last accepted token)."""
+    flat = accept_tokens.reshape(-1)
+    for b in range(accept_lens.shape[0]):
+        bonus_tokens[b] = flat[b * accept_stride + int(accept_lens[b]) - 1]
+
+
+def fill_accept_out_cache_loc(accept_index: torch.Tensor, out_cache_loc: torch.Tensor,
+                              accept_out_cache_loc: torch.Tensor, size: Optional[int] = None) -> None:
+    """Compact ``out_cache_loc[accept_index]`` over the non-negative entries, in order."""
+    idx = accept_index.reshape(-1)[: size if size is not None else accept_index.numel()].long()
+    kept = idx[idx >= 0]
+    accept_out_cache_loc[: kept.numel()] = out_cache_loc[kept]
+
+
+def copy_all_layer_kv_cache(data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_loc: torch.Tensor,
+                            src_loc: torch.Tensor) -> None:
+    """For every buffer (raw base pointer, row stride in bytes) copy row ``src_loc[j]`` to ``tgt_loc[j]``.
+
+    Reads every source row before writing any target row, so overlapping moves are safe. The buffers are
+    addressed by raw pointer (that is the op's contract), hence ``ctypes``."""
+    for base, stride in zip(data_ptrs.tolist(), strides.tolist()):
+        rows = [ctypes.string_at(base + int(s) * stride, stride) for s in src_loc.tolist()]
+        for t, data in zip(tgt_loc.tolist(), rows):
+            ctypes.memmove(base + int(t) * stride, data, stride)
+
+
+def rotate_input_ids(input_ids: torch.Tensor, extend_start_loc: torch.Tensor, extend_seq_lens: torch.Tensor,
+                     topk_index: torch.Tensor, select_index: Optional[torch.Tensor] = None) -> None:
+    """Shift each request's extend segment left by one and write its new token at the end (or at
+    ``select_index[b]``), in place."""
+    for b in range(extend_seq_lens.shape[0]):
+        s, n = int(extend_start_loc[b]), int(extend_seq_lens[b])
+        if n > 1:
+            input_ids[s : s + n - 1] = input_ids[s + 1 : s + n].clone()
+        if n > 0:
+            where = int(select_index[b]) if select_index is not None else s + n - 1
+            input_ids[where] = topk_index.reshape(-1)[b]
+
+
+# sgl_kernel name -> implementation (what the shim module exports)
+OPS = {
+    "decode_attention_cpu": decode_attention,
+    "extend_attention_cpu": extend_attention,
+    "build_draft_decode_metadata_cpu": build_draft_decode_metadata,
+    "build_tree_kernel_efficient_cpu": build_tree_kernel_efficient,
+    "verify_tree_greedy_cpu": verify_tree_greedy,
+    "assign_draft_cache_locs_contiguous_cpu": assign_draft_cache_locs_contiguous,
+    "assign_extend_cache_locs_cpu": assign_extend_cache_locs,
+    "assign_req_to_token_pool_cpu": assign_req_to_token_pool,
+    "fill_bonus_tokens_cpu": fill_bonus_tokens,
+    "fill_accept_out_cache_loc_cpu": fill_accept_out_cache_loc,
+    "copy_all_layer_kv_cache_cpu": copy_all_layer_kv_cache,
+    "rotate_input_ids_cpu": rotate_input_ids,
+}
+
+# torch-library schemas for the ops SGLang reaches through ``torch.ops.sgl_kernel`` (CPU dispatch key only)
+_TORCH_OP_SCHEMAS = {
+    "decode_attention_cpu": (
+        "(Tensor q, Tensor(a!) k_buffer, Tensor(b!) v_buffer, float key_scale, float value_scale, "
+        "Tensor(c!) o, Tensor? k, Tensor? v, Tensor? loc, Tensor(d!) attn_logits, Tensor req_to_token, "
+        "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float logit_cap, bool is_cross, "
+        "int sliding_window, Tensor? encoder_lens, Tensor? sinks) -> ()"
+    ),
+    "extend_attention_cpu": (
+        "(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, Tensor k_buffer, "
+        "Tensor v_buffer, float key_scale, float value_scale, Tensor req_to_token, Tensor req_pool_indices, "
+        "Tensor seq_lens, Tensor extend_seq_lens, Tensor extend_start_loc, int? max_len_extend, "
+        "float sm_scale, float logit_cap, bool is_cross, int sliding_window, Tensor? encoder_lens, "
+        "Tensor? sinks, Tensor? tree_mask, bool is_causal) -> ()"
+    ),
+}
+_LIBRARY: list[torch.library.Library] = []
+
+
+def install() -> None:
+    """Register the attention ops as ``torch.ops.sgl_kernel.*`` (CPU dispatch key). Idempotent.
+
+    Refuses when a real sgl-kernel already defines them (a CUDA or AMX install must keep its own kernels).
+    """
+    if _LIBRARY:
+        return
+    ns = torch.ops.sgl_kernel
+    already = [name for name in _TORCH_OP_SCHEMAS if hasattr(ns, name)]
+    if already:
+        raise RuntimeError(
+            f"torch.ops.sgl_kernel already defines {already}: a real sgl-kernel is loaded; the hedgespec "
+            "CPU kernels are only for device=cpu without sgl-kernel"
+        )
+    lib = torch.library.Library("sgl_kernel", "FRAGMENT")
+    for name, schema in _TORCH_OP_SCHEMAS.items():
+        lib.define(name + schema)
+        lib.impl(name, OPS[name], "CPU")
+    _LIBRARY.append(lib)

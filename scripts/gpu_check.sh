@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Check the real CUDA serving path on a machine with an NVIDIA GPU, unattended, in at most ~8 minutes:
+#
+#   bash scripts/gpu_check.sh                 # from the repository root; prints a summary, exit 0 = all checked OK
+#
+# 1. environment: nvidia-smi, python, torch CUDA
+# 2. install (only what is missing): sglang==0.5.23 (the normal CUDA install) and hedgespec (editable, --no-deps,
+#    so its `sglang.srt.plugins` entry point exists); skipped with a clear line when the machine has no index access
+# 3. the serve tests on CUDA (tests/test_serving_server.py with HEDGESPEC_TEST_DEVICE=cuda): HEDGESPEC greedy ==
+#    transformers greedy for pools of 1/2/3 tiny drafters, selection moves to the agreeing drafter, 16 concurrent
+#    requests keep their own selector state, a malformed request gets a 4xx, stock EAGLE-3 greedy == greedy
+# 4. `python serve/launch.py pool=tiny dry_run=true` (the launcher's CUDA command line)
+# Each step has its own time limit; the whole run is bounded by HS_GPU_BUDGET_S (default 470 s).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+BUDGET=${HS_GPU_BUDGET_S:-470}
+LOG_DIR=${HS_GPU_LOG_DIR:-outputs/gpu_check}
+declare -a SUMMARY=()
+FAILED=0
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+note() { SUMMARY+=("$1"); echo "== $1"; }
+run_step() {  # name, limit_s, command...
+  local name=$1 limit=$2; shift 2
+  local avail; avail=$(left)
+  if (( avail < 20 )); then note "SKIP  $name (time budget spent)"; FAILED=1; return 1; fi
+  (( limit > avail )) && limit=$avail
+  local t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" > "$LOG_DIR/$name.log" 2>&1
+  local rc=$?
+  local dt=$(( $(date +%s) - t0 ))
+  if (( rc == 0 )); then note "PASS  $name (${dt}s)"; else
+    note "FAIL  $name (rc=$rc, ${dt}s, log $LOG_DIR/$name.log)"; tail -25 "$LOG_DIR/$name.log"; FAILED=1; fi
+  return $rc
+}
+
+# 1. environment
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi >/dev/null 2>&1; then
+  echo "gpu_check: no NVIDIA GPU visible (nvidia-smi failed); nothing to check"; exit 2
+fi
+mkdir -p "$LOG_DIR"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | sed 's/^/gpu: /'
+python --version
+python - <<'EOF' 2>/dev/null || echo "torch: not importable yet"
+import torch; print(f"torch {torch.__version__}, cuda {torch.version.cuda}, available {torch.cuda.is_available()}")
+EOF
+
+# 2. install what is missing
+if python -c 'import sglang, sys; sys.exit(0 if sglang.__version__ == "0.5.23" else 1)' 2>/dev/null; then
+  note "OK    sglang 0.5.23 already installed"
+else
+  run_step install-sglang 300 python -m pip install -q "sglang==0.5.23" || {
+    echo "gpu_check: could not install sglang==0.5.23 (no package index access?)"; }
+fi
+if ! python -c 'from importlib.metadata import entry_points as e; import sys; sys.exit(0 if any(p.value.startswith("hedgespec.serving") for p in e(group="sglang.srt.plugins")) else 1)' 2>/dev/null; then
+  run_step install-hedgespec 120 python -m pip install -q --no-deps -e . || true
+fi
+python -c 'import hydra, omegaconf, yaml, pytest' 2>/dev/null || \
+  run_step install-test-deps 60 python -m pip install -q "hydra-core==1.3.2" "omegaconf==2.3.0" pyyaml pytest pytest-timeout || true
+python - <<'EOF' || { note "FAIL  CUDA torch / sglang not importable; see above"; printf '%s\n' "${SUMMARY[@]}"; exit 1; }
+import torch, sglang
+assert torch.cuda.is_available(), "torch.cuda.is_available() is False"
+print(f"torch {torch.__version__} (cuda {torch.version.cuda}) on {torch.cuda.get_device_name(0)}, sglang {sglang.__version__}")
+EOF
+
+# 3. serve tests on CUDA
+export HEDGESPEC_TEST_DEVICE=cuda
+run_step serve-tests-cuda 360 \
+  python -m pytest -m serve tests/test_serving_server.py -q -x -p no:cacheprovider -rA --durations=10 || true
+grep -E "passed|failed|error" "$LOG_DIR/serve-tests-cuda.log" | tail -3 || true
+
+# 4. launcher command line for CUDA
+run_step launcher-dry-run 60 python serve/launch.py pool=tiny dry_run=true workdir="$LOG_DIR/ckpt" || true
+grep -o -- "--speculative-algorithm [A-Z0-9]*" "$LOG_DIR/launcher-dry-run.log" || true
+
+echo
+echo "================ gpu_check summary ($(( $(date +%s) - START ))s) ================"
+printf '%s\n' "${SUMMARY[@]}"
+exit $FAILED
