@@ -3,7 +3,7 @@
 ``prepare("sql", source="offline", n_train=800, n_eval=50)`` writes SpecForge conversation JSONL
 (``{"id", "conversations": [{"role", "content"}]}``) train + held-out eval prompt splits, the prompt-variant eval
 file (paper Table 4) and a manifest under ``<data_dir>/<source>/<domain>/``. Entry point:
-``python scripts/prepare_data.py domain=sql``. See docs/dev/README_data.md for sources and licences.
+``python scripts/prepare_data.py domain=sql``. See docs/data.md for sources and licences.
 """
 
 from .build import prepare, prepare_domain

