@@ -36,7 +36,7 @@ python -m pip install -q -c "$C" \
   "prometheus-client==0.26.0" "psutil==7.2.2" "pybase64==1.5.1" "pydantic==2.13.4" "python-multipart==0.0.34" \
   "pyzmq==27.3.0" "requests==2.34.2" "scipy==1.17.1" "sentencepiece==0.2.1" "setproctitle==1.3.8" \
   "soundfile==0.13.1" "tiktoken==0.14.0" "uvicorn==0.54.0" "uvloop==0.23.0" "watchfiles==1.3.0" \
-  "xgrammar==0.2.7" "triton==3.9.0" "xxhash==4.1.0" "zstandard==0.25.0"
+  "xgrammar==0.2.7" "triton==3.9.0" "xxhash==4.1.0" "zstandard==0.25.0" "ipython==8.12.3" "distro==1.9.0"
 
 python - <<'EOF'
 """Make torchvision's two fake-op registrations conditional on its C ops being loadable (CPU torch)."""
