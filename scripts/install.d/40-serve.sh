@@ -36,7 +36,7 @@ python -m pip install -q -c "$C" \
   "prometheus-client==0.26.0" "psutil==7.2.2" "pybase64==1.5.1" "pydantic==2.13.4" "python-multipart==0.0.34" \
   "pyzmq==27.3.0" "requests==2.34.2" "scipy==1.17.1" "sentencepiece==0.2.1" "setproctitle==1.3.8" \
   "soundfile==0.13.1" "tiktoken==0.14.0" "uvicorn==0.54.0" "uvloop==0.23.0" "watchfiles==1.3.0" \
-  "xgrammar==0.2.7" "triton==3.9.0" "xxhash==4.1.0" "zstandard==0.25.0" "ipython==8.12.3" "distro==1.9.0"
+  "xgrammar==0.2.7" "triton==3.9.0" "xxhash==4.1.0" "zstandard==0.25.0" "ipython==8.12.3" "distro==1.9.0" "jsonschema==4.26.0"
 
 python - <<'EOF'
 """Make torchvision's two fake-op registrations conditional on its C ops being loadable (CPU torch)."""
@@ -61,6 +61,10 @@ EOF
 SGLANG_USE_CPU_ENGINE=1 PYTHONPATH="$PWD/hedgespec/serving/_cpu_shim${PYTHONPATH:+:$PYTHONPATH}" python - <<'EOF'
 import sglang, torch, transformers
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2  # noqa: F401
+# the server's own import chain (a fresh venv lacks modules the base image may carry: IPython, jsonschema)
+import sglang.launch_server, sglang.srt.entrypoints.http_server, sglang.srt.managers.scheduler  # noqa: F401,E401
+import sglang.srt.managers.tokenizer_manager, sglang.srt.managers.detokenizer_manager  # noqa: F401,E401
+import sglang.srt.models.llama, sglang.srt.models.llama_eagle3  # noqa: F401,E401
 assert sglang.__version__ == "0.5.23", sglang.__version__
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 assert transformers.__version__ == "5.19.0", transformers.__version__
