@@ -16,17 +16,13 @@ from hedgespec.selectors.base import BanditSelector
 from hedgespec.types import BanditFeedback, Decision
 
 
-class UCBSpec(BanditSelector):
-    """Round-robin for N rounds, then argmax_i μ̂_i + cr_i with
-    cr_i = (K/2) sqrt(((1+n_i)/n_i²) (1 + 2 ln(N t² sqrt(1+n_i) / δ)))  (SPEC §6, δ = 1/2)."""
+class _IndexPolicy(BanditSelector):
+    """Shared skeleton of the UCB-style baselines: pull each drafter once (round-robin over the first N
+    rounds), then the argmax of a per-drafter index built from pull counts and summed rewards."""
 
-    name = "ucbspec"
-
-    def __init__(self, delta: float = 0.5, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0) -> None:
         super().__init__()
-        if not 0.0 < delta < 1.0:
-            raise ValueError(f"UCBSpec: delta must be in (0, 1), got {delta!r}")
-        self.delta, self.seed = delta, seed
+        self.seed = seed
 
     def _reset(self) -> None:
         self.rng = request_rng(self.seed, self.ctx.request_id)
@@ -37,19 +33,43 @@ class UCBSpec(BanditSelector):
         t = self.rounds + 1
         if t <= self.n:
             return Decision(t - 1)
-        n_i = self.count
-        mu = self.total / n_i
-        cr = (self.k / 2.0) * np.sqrt(
-            (1.0 + n_i) / n_i**2 * (1.0 + 2.0 * np.log(self.n * t * t * np.sqrt(1.0 + n_i) / self.delta))
-        )
-        return Decision(argmax_random_ties(mu + cr, self.rng))
+        return Decision(argmax_random_ties(self._index(t), self.rng))
 
     def _observe_bandit(self, fb: BanditFeedback) -> None:
         self.count[fb.chosen] += 1
-        self.total[fb.chosen] += fb.reward
+        self.total[fb.chosen] += self._reward(fb)
+
+    def _index(self, t: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _reward(self, fb: BanditFeedback) -> float:
+        raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "pulls": self.count.tolist() if self.n else []}
+
+
+class UCBSpec(_IndexPolicy):
+    """Round-robin for N rounds, then argmax_i μ̂_i + cr_i with
+    cr_i = (K/2) sqrt(((1+n_i)/n_i²) (1 + 2 ln(N t² sqrt(1+n_i) / δ)))  (SPEC §6, δ = 1/2)."""
+
+    name = "ucbspec"
+
+    def __init__(self, delta: float = 0.5, seed: int = 0) -> None:
+        super().__init__(seed)
+        if not 0.0 < delta < 1.0:
+            raise ValueError(f"UCBSpec: delta must be in (0, 1), got {delta!r}")
+        self.delta = delta
+
+    def _index(self, t: int) -> np.ndarray:
+        n_i = self.count
+        cr = (self.k / 2.0) * np.sqrt(
+            (1.0 + n_i) / n_i**2 * (1.0 + 2.0 * np.log(self.n * t * t * np.sqrt(1.0 + n_i) / self.delta))
+        )
+        return self.total / n_i + cr
+
+    def _reward(self, fb: BanditFeedback) -> float:
+        return fb.reward  # Y = accepted drafts + 1
 
 
 class EXP3Spec(BanditSelector):
@@ -86,32 +106,22 @@ class EXP3Spec(BanditSelector):
         self._p = None
 
 
-class MetaSDUCB(BanditSelector):
+class MetaSDUCB(_IndexPolicy):
     """MetaSD-UCB: reward = mean over the round's emitted positions of the chosen drafter's 1 − TV(p, q);
     argmax μ̂_i + β sqrt(2 ln t / n_i) after one pull each (SPEC §6)."""
 
     name = "metasd"
 
     def __init__(self, beta: float = 1.0, seed: int = 0) -> None:
-        super().__init__()
+        super().__init__(seed)
         if beta < 0:
             raise ValueError(f"MetaSDUCB: beta must be >= 0, got {beta!r}")
-        self.beta, self.seed = beta, seed
+        self.beta = beta
 
-    def _reset(self) -> None:
-        self.rng = request_rng(self.seed, self.ctx.request_id)
-        self.count = np.zeros(self.n)
-        self.total = np.zeros(self.n)
+    def _index(self, t: int) -> np.ndarray:
+        return self.total / self.count + self.beta * np.sqrt(2.0 * math.log(t) / self.count)
 
-    def select(self) -> Decision:
-        t = self.rounds + 1
-        if t <= self.n:
-            return Decision(t - 1)
-        ucb = self.total / self.count + self.beta * np.sqrt(2.0 * math.log(t) / self.count)
-        return Decision(argmax_random_ties(ucb, self.rng))
-
-    def _observe_bandit(self, fb: BanditFeedback) -> None:
+    def _reward(self, fb: BanditFeedback) -> float:
         if not fb.chosen_gamma:
             raise ValueError("MetaSD-UCB needs the chosen drafter's γ (1 − TV) for the round; the backend gave none")
-        self.count[fb.chosen] += 1
-        self.total[fb.chosen] += float(np.mean(fb.chosen_gamma))
+        return float(np.mean(fb.chosen_gamma))
