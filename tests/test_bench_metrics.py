@@ -68,3 +68,17 @@ def test_validate_result_on_fixture_and_broken_copies():
         mutate(bad)
         with pytest.raises(ValueError, match=msg):
             validate_result(bad)
+
+
+def test_results_carry_no_machine_local_paths(tmp_path, monkeypatch):
+    import os
+
+    from hedgespec.bench.runners import portable_paths
+
+    monkeypatch.chdir(tmp_path)
+    home = os.path.expanduser("~")
+    cfg = {"pool_cache": f"{home}/.cache/hedgespec/bench_pools", "data": {"dir": str(tmp_path / "data")},
+           "list": [f"{home}/x"], "rel": "data", "n": 3}
+    out = portable_paths(cfg)
+    assert out["pool_cache"] == "~/.cache/hedgespec/bench_pools"
+    assert out["data"]["dir"] == "./data" and out["list"] == ["~/x"] and out["rel"] == "data" and out["n"] == 3

@@ -374,6 +374,24 @@ class ServerRunner:
 
 
 # ------------------------------------------------------------------------------------------ run
+def portable_paths(obj: Any) -> Any:
+    """Replace machine-local path prefixes in a JSON-like tree (home → ``~``, temp dir → ``$TMPDIR``, the
+    working directory → ``.``) so committed results carry no paths of the machine that produced them."""
+    import tempfile
+
+    prefixes = [(os.getcwd().rstrip("/") + "/", "./"), (tempfile.gettempdir().rstrip("/") + "/", "$TMPDIR/"),
+                (os.path.expanduser("~").rstrip("/") + "/", "~/")]
+    if isinstance(obj, dict):
+        return {k: portable_paths(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [portable_paths(v) for v in obj]
+    if isinstance(obj, str):
+        for old, new in prefixes:
+            if obj.startswith(old) and old != "/":
+                return new + obj[len(old):]
+    return obj
+
+
 def _env(cfg: Mapping[str, Any]) -> dict[str, Any]:
     env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
@@ -508,7 +526,7 @@ def run_bench(cfg: Mapping[str, Any], model: Any = None, tokenizer: Any = None, 
         "router": router,
         "selector_info": {k: v for k, v in info.items() if k != "router"},
         "requests": records,
-        "config": json.loads(json.dumps(resolved, default=str)),
+        "config": portable_paths(json.loads(json.dumps(resolved, default=str))),
         "env": _env(cfg),
         "timing": timing,
     }
