@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hedgespec.acceptance import check_gammas, eal_loss, etap_loss
+from hedgespec.acceptance import check_gammas
 
 OBJECTIVES = ("etap", "eal")
 TAIL_POLICIES = ("drop", "etap")
@@ -66,10 +66,12 @@ class FeedbackLedger:
         return self._emit_ready()
 
     def _loss_at(self, t: int) -> np.ndarray:
+        # Rows were validated once in add_round; the losses are computed directly here (hot path):
+        # ETAP 1 − γ_t, EAL 1 − AL_t/(K+1) with AL_t = 1 + Σ_k Π_{j≤k} γ_{t+j−1} (Thm 3, tail-sum form).
         if self.objective == "etap":
-            return etap_loss(self._gamma[t])
+            return 1.0 - self._gamma[t]
         window = np.stack(self._gamma[t : t + self.k], axis=-1)  # [N, K]
-        return eal_loss(window, self.k)
+        return 1.0 - (1.0 + np.cumprod(window, axis=-1).sum(axis=-1)) / (self.k + 1)
 
     def _emit_ready(self) -> list[CompletedLoss]:
         need = 1 if self.objective == "etap" else self.k
@@ -89,6 +91,6 @@ class FeedbackLedger:
         out: list[CompletedLoss] = []
         if self.tail_policy == "etap":
             for t in range(self._next_emit, self.verified):
-                out.append(CompletedLoss(t, etap_loss(self._gamma[t]), self._ticket[t]))
+                out.append(CompletedLoss(t, 1.0 - self._gamma[t], self._ticket[t]))
         self._next_emit = self.verified
         return out

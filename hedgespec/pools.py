@@ -30,14 +30,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from hedgespec.io import write_text_atomic
 
 MANIFEST_VERSION = 1
 
@@ -221,17 +221,7 @@ def save_pool(manifest: PoolManifest, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = f"# hedgespec pool manifest, written by `python train/run.py` (pool={manifest.pool}); do not edit by hand\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(header)
-            yaml.safe_dump(manifest.to_dict(), f, sort_keys=False)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_text_atomic(header + yaml.safe_dump(manifest.to_dict(), sort_keys=False), path)
 
 
 @contextlib.contextmanager

@@ -80,7 +80,7 @@ def main() -> None:
         wall[name] = {n: t[1] * 1e6 for n, t in timings.items()}
     results["hedgespec_round(K=7)"] = {str(n): time_selector_round(n, 7, args.steps // 8) * 1e6 for n in sizes}
     print("CPU microseconds per step (update + next weights); hedgespec_round = select + observe of one K=7 round")
-    print(f"| learner | " + " | ".join(f"N={n}" for n in sizes) + " |")
+    print("| learner | " + " | ".join(f"N={n}" for n in sizes) + " |")
     print("|---" * (len(sizes) + 1) + "|")
     for name, by_n in results.items():
         print(f"| {name} | " + " | ".join(f"{by_n[str(n)]:.1f}" for n in sizes) + " |")

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import glob
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,31 +21,9 @@ from typing import Any
 import numpy as np
 
 from hedgespec.bench.metrics import RESULT_FORMAT, validate_result
+from hedgespec.io import write_json_atomic, write_text_atomic  # noqa: F401  (re-exported)
 
 FIGURES = ("mat_by_domain.png", "regret.png", "weights.png", "timeline.png")
-
-
-# ----------------------------------------------------------------------------------------- io
-def write_json_atomic(obj: Any, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=1, default=float)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return path
-
-
-def write_text_atomic(text: str, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return path
 
 
 def _f(x: Any, nd: int = 2, pct: bool = False) -> str:

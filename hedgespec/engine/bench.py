@@ -105,7 +105,6 @@ def bench_engine(dims: str = "tiny", ns: Sequence[int] = (1, 2, 4, 7, 14, 28), c
         t = _time(evaluate, device, repeats)
         res["pool"][n] = {"evaluate_s": t, "x_drafter_forward": t / res["drafter_forward_s"], "x_target_verify": t / res["target_verify_s"]}
         res["pool"][n]["x_n1_evaluate"] = t / res["pool"][ns[0]]["evaluate_s"]
-        del pool
     res["drafter_x_target_verify"] = res["drafter_forward_s"] / res["target_verify_s"]
     return res
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
+
+from hedgespec.io import write_text_atomic
 
 TRACE_FORMAT = "hedgespec.engine.trace"
 TRACE_VERSION = 1
@@ -60,10 +61,7 @@ def write_traces(path: str | os.PathLike[str], traces: list[RequestTrace], appen
         with open(path, "a") as fh:
             fh.write(text)
         return
-    fd, tmp = tempfile.mkstemp(prefix=".trace-", dir=os.path.dirname(os.path.abspath(path)))
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    write_text_atomic(text, path)
 
 
 def read_traces(path: str | os.PathLike[str]) -> list[RequestTrace]:

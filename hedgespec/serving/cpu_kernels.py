@@ -244,7 +244,7 @@ def verify_tree_greedy(
 
     Writes ``accept_index[b]`` (flat indices of the root and accepted nodes), ``accept_token_num[b]``
     (accepted drafts, bonus excluded) and ``predicts`` (the target token after each accepted node)."""
-    steps, n = accept_index.shape[1], candidates.shape[1]
+    steps = accept_index.shape[1]
     flat_pred, flat_target = predicts.view(-1), target_predict.reshape(-1)
     for b in range(candidates.shape[0]):
         last = int(retrive_index[b, 0])

@@ -34,7 +34,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-import numpy as np
 import torch
 from sglang.srt.runtime_context import get_spec
 from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2

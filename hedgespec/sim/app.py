@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from hedgespec.io import write_json_atomic
 from hedgespec.sim.experiments import SimConfig, run_experiment
-
-
-def write_json_atomic(obj: Any, path: Path) -> None:
-    """Write JSON to a temp file in the same folder, then rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def sim_config_from_dict(cfg: dict[str, Any]) -> SimConfig:
