@@ -7,7 +7,7 @@ for ``temperature=0``, sampled otherwise). Output: ``<domain dir>/regen/<split>.
 SpecForge schema, written one record at a time with a progress bar; a rerun resumes after the ids already
 present. The default budget (8 examples x 256 new tokens) fits the embedded SmolLM2 target on a 2-core CPU
 (5-14 tok/s -> 2-7 minutes per domain); raise ``max_examples`` on GPU machines.
-TODO: use ``hedgespec.engine.SpeculativeEngine`` (lossless, faster) once the reference engine lands.
+``batch_size`` > 1 batches prompts through one left-padded ``generate`` call (transformers path).
 """
 
 from __future__ import annotations
@@ -43,26 +43,45 @@ def server_generator(url: str, model: str | None, max_new_tokens: int, temperatu
     return gen
 
 
-def transformers_generator(target: Any, max_new_tokens: int, temperature: float, seed: int) -> Generator:
-    """Plain ``model.generate`` on a registry target (``hedgespec.models.load_target``)."""
+def transformers_generator(target: Any, max_new_tokens: int, temperature: float, seed: int,
+                           loaded: tuple[Any, Any] | None = None) -> Generator:
+    """Plain ``model.generate`` on a registry target (``hedgespec.models.load_target``).
+
+    The returned function also has ``.batch(list_of_messages) -> list[str]``: one left-padded ``generate`` call
+    for several prompts (2.5x the tokens/s of one-by-one on 2 CPU cores for SmolLM2 at 16 prompts); greedy
+    answers match the one-by-one ones (a test checks).
+    """
     import torch
 
-    from hedgespec.models import load_target
+    if loaded is not None:  # (model, tokenizer) the caller already holds, e.g. the training pipeline
+        model, tok = loaded
+    else:
+        from hedgespec.models import load_target
 
-    model, tok = load_target(target)
+        model, tok = load_target(target)
     device = next(model.parameters()).device
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
-    def gen(messages: list[dict[str, str]]) -> str:
-        enc = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    def batch(many: list[list[dict[str, str]]]) -> list[str]:
+        texts = [tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in many]
+        side, tok.padding_side = tok.padding_side, "left"  # decoder-only: pad on the left so answers align
+        try:
+            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        finally:
+            tok.padding_side = side
         enc = {k: v.to(device) for k, v in enc.items()}
-        kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": temperature > 0}
+        kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": temperature > 0, "pad_token_id": pad_id}
         if temperature > 0:
             kw["temperature"] = temperature
             torch.manual_seed(seed)
         with torch.no_grad():
             out = model.generate(**enc, **kw)
-        return tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+        return [tok.decode(row, skip_special_tokens=True).strip() for row in out[:, enc["input_ids"].shape[1]:]]
 
+    def gen(messages: list[dict[str, str]]) -> str:
+        return batch([messages])[0]
+
+    gen.batch = batch  # type: ignore[attr-defined]
     return gen
 
 
@@ -79,14 +98,16 @@ def regenerate(
     seed: int = 0,
     generator: Generator | None = None,
     progress: bool = True,
+    batch_size: int = 1,
 ) -> Path:
     """Regenerate the assistant turns of ``<domain_dir>/<split>.jsonl``; returns the output path (resumable)."""
     domain_dir = Path(domain_dir)
     src = domain_dir / f"{split}.jsonl"
     if not src.is_file():
         raise DataRecipeError(f"regenerate: {src} does not exist; build the domain first (python scripts/prepare_data.py domain=...)")
-    if max_examples < 1 or max_new_tokens < 1:
-        raise DataRecipeError(f"regen.max_examples={max_examples} and regen.max_new_tokens={max_new_tokens} must be >= 1")
+    if max_examples < 1 or max_new_tokens < 1 or batch_size < 1:
+        raise DataRecipeError(f"regen.max_examples={max_examples}, regen.max_new_tokens={max_new_tokens} and "
+                              f"regen.batch_size={batch_size} must be >= 1")
     name = target_name or (target if isinstance(target, str) else getattr(target, "name", None) or (target.get("name") if hasattr(target, "get") else None) or "target")
     name = str(name).replace("/", "_").replace(":", "_")  # with a url, the server is assumed to serve this target
     out_dir = domain_dir / "regen"
@@ -101,19 +122,27 @@ def regenerate(
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
-    with open(out, "a", encoding="utf-8") as f, open(skipped_path, "a") as fs:
-        for rec in tqdm(todo, desc=f"regen {domain_dir.name}/{split}", disable=not progress, unit="ex"):
-            prompt_turns = [t for t in rec["conversations"] if t["role"] != "assistant"]
-            answer = generator(prompt_turns[:1] if prompt_turns[0]["role"] == "user" else prompt_turns[:2])
-            if not answer.strip():
-                fs.write(rec["id"] + "\n")
-                fs.flush()
-                continue
-            new = {"id": rec["id"], "conversations": prompt_turns + [{"role": "assistant", "content": answer}]}
-            validate_record(new)
-            f.write(json.dumps(new, ensure_ascii=False) + "\n")
+    def prompt_of(rec: dict[str, Any]) -> list[dict[str, str]]:
+        turns = [t for t in rec["conversations"] if t["role"] != "assistant"]
+        return turns[:1] if turns[0]["role"] == "user" else turns[:2]
+
+    batched = getattr(generator, "batch", None) if batch_size > 1 else None
+    with open(out, "a", encoding="utf-8") as f, open(skipped_path, "a") as fs, \
+            tqdm(total=len(todo), desc=f"regen {domain_dir.name}/{split}", disable=not progress, unit="ex") as bar:
+        for i in range(0, len(todo), batch_size if batched else 1):
+            chunk = todo[i:i + batch_size] if batched else todo[i:i + 1]
+            answers = batched([prompt_of(r) for r in chunk]) if batched else [generator(prompt_of(chunk[0]))]
+            for rec, answer in zip(chunk, answers):  # written in source order, so a rerun resumes cleanly
+                if not answer.strip():
+                    fs.write(rec["id"] + "\n")
+                    continue
+                new = {"id": rec["id"], "conversations": prompt_of(rec) + [{"role": "assistant", "content": answer}]}
+                validate_record(new)
+                f.write(json.dumps(new, ensure_ascii=False) + "\n")
             f.flush()
+            fs.flush()
+            bar.update(len(chunk))
     info = {"split": split, "target": name, "url": url, "temperature": temperature, "max_new_tokens": max_new_tokens,
-            "max_examples": max_examples, "records": len(read_jsonl(out)), "seconds_last_run": round(time.perf_counter() - t0, 2)}
+            "max_examples": max_examples, "batch_size": batch_size, "records": len(read_jsonl(out)), "seconds_last_run": round(time.perf_counter() - t0, 2)}
     (out_dir / f"{split}.{name}.json").write_text(json.dumps(info, indent=2) + "\n")
     return out

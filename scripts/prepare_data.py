@@ -47,7 +47,8 @@ def run(cfg: DictConfig) -> dict[str, Path]:
             if (path / f"{cfg.regen.split}.jsonl").is_file():
                 p = regenerate(path, split=cfg.regen.split, target=target, url=cfg.regen.url, model=cfg.regen.model,
                                max_examples=cfg.regen.max_examples, max_new_tokens=cfg.regen.max_new_tokens,
-                               temperature=cfg.regen.temperature, seed=cfg.seed, progress=cfg.regen.progress)
+                               temperature=cfg.regen.temperature, seed=cfg.seed, progress=cfg.regen.progress,
+                               batch_size=int(cfg.regen.get("batch_size") or 1))
                 print(f"[prepare_data] {d}: regenerated answers -> {p}")
     return out
 

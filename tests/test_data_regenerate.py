@@ -90,3 +90,38 @@ def test_transformers_path_with_tiny_target(sql_dir) -> None:
 def test_missing_split_is_clear(tmp_path) -> None:
     with pytest.raises(DataRecipeError, match="does not exist; build the domain first"):
         regenerate(tmp_path, generator=lambda m: "x")
+
+
+def test_batched_generate_matches_one_by_one(sql_dir) -> None:
+    """Left-padded batches give the same greedy answers as one prompt at a time (second implementation)."""
+    import torch
+
+    from data_recipes.regenerate import transformers_generator
+
+    torch.set_num_threads(1)
+    gen = transformers_generator("tiny", max_new_tokens=8, temperature=0.0, seed=0)
+    prompts = [[t for t in r["conversations"] if t["role"] == "user"][:1] for r in read_jsonl(sql_dir / "train.jsonl")[:4]]
+    assert len({len(p[0]["content"]) for p in prompts}) > 1, "prompts of different lengths exercise the padding"
+    assert gen.batch(prompts) == [gen(p) for p in prompts]
+
+
+def test_batched_regenerate_resumes_in_order(sql_dir) -> None:
+    calls: list[int] = []
+
+    def gen(messages):
+        return "one " + messages[0]["content"][:5]
+
+    def batch(many):
+        calls.append(len(many))
+        return ["" if i == 1 else "b " + m[0]["content"][:5] for i, m in enumerate(many)]
+
+    gen.batch = batch
+    out = regenerate(sql_dir, generator=gen, max_examples=5, batch_size=3, target_name="fake", progress=False)
+    assert calls == [3, 2]
+    src = read_jsonl(sql_dir / "train.jsonl")
+    assert [r["id"] for r in read_jsonl(out)] == [src[i]["id"] for i in (0, 2, 3)]
+    assert (sql_dir / "regen" / "train.fake.skipped").read_text().split() == [src[1]["id"], src[4]["id"]]
+    regenerate(sql_dir, generator=gen, max_examples=6, batch_size=3, target_name="fake", progress=False)
+    assert calls == [3, 2, 1], "only the one new example is generated on a rerun"
+    with pytest.raises(DataRecipeError, match="regen.batch_size=0"):
+        regenerate(sql_dir, generator=gen, max_examples=6, batch_size=0, target_name="fake", progress=False)

@@ -1,0 +1,114 @@
+"""train.draft.init (SpecForge weights-only warm start) and the pipeline's regeneration stage, on the tiny target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from _train_helpers import compose_train, specforge_or_skip, tiny_overrides
+
+specforge_or_skip()
+
+from hedgespec.training.pipeline import train_drafter  # noqa: E402
+
+TINY4 = {"name": "tiny", "kind": "tiny", "arch": {"num_hidden_layers": 4}}
+
+
+def _state(d: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(d.glob("*.safetensors"))
+    assert files, f"no safetensors in {d}"
+    out: dict[str, torch.Tensor] = {}
+    for f in files:
+        out.update(load_file(str(f)))
+    return out
+
+
+def _target_rows(d2t: torch.Tensor) -> torch.Tensor:
+    return torch.arange(d2t.numel()) + d2t.long()
+
+
+def test_target_head_init_then_fine_tune_from_a_drafter(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    from hedgespec.models import load_target
+
+    model, _ = load_target(TINY4)
+    head = model.get_output_embeddings().weight.detach().float()
+    norm = model.model.norm.weight.detach().float()
+
+    # target_head: the warm start SpecForge loads has the target's rows of this run's draft vocab and its norm
+    gen = train_drafter(compose_train(tmp_path, *tiny_overrides("domain=general", "train.draft.init=target_head")))
+    warm = _state(gen.run_dir / "warm_start")
+    mapping = torch.load(gen.stages["vocab"]["path"], weights_only=True)
+    torch.testing.assert_close(warm["lm_head.weight"].float(), head[_target_rows(mapping["d2t"])])
+    torch.testing.assert_close(warm["norm.weight"].float(), norm)
+    import yaml
+
+    run = yaml.safe_load((gen.run_dir / "run.yaml").read_text())
+    assert run["model"]["draft_checkpoint_path"] == str(gen.run_dir / "warm_start") and gen.final_step == 6
+
+    # <drafter>: every weight of the exported generalist, lm_head re-indexed by target token id
+    sql = train_drafter(compose_train(tmp_path, *tiny_overrides("domain=sql", "train.draft.init=general",
+                                                                "train.draft.vocab_size=128")))
+    src = _state(gen.export_dir)
+    warm = _state(sql.run_dir / "warm_start")
+    torch.testing.assert_close(warm["fc.weight"].float(), src["fc.weight"].float())
+    src_row = {int(t): i for i, t in enumerate(_target_rows(src["d2t"]).tolist())}
+    ids = _target_rows(torch.load(sql.stages["vocab"]["path"], weights_only=True)["d2t"]).tolist()
+    shared = [(d, src_row[t]) for d, t in enumerate(ids) if t in src_row]
+    assert shared, "the two draft vocabularies share tokens"
+    for d, r in shared[:20]:
+        torch.testing.assert_close(warm["lm_head.weight"][d].float(), src["lm_head.weight"][r].float())
+    for d, t in [(d, t) for d, t in enumerate(ids) if t not in src_row][:20]:
+        torch.testing.assert_close(warm["lm_head.weight"][d].float(), head[t])
+    assert sql.final_step == 6
+
+
+def test_bad_init_is_refused_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="drafter 'general' of pool 'tiny' is not exported"):
+        train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.init=general")))
+    with pytest.raises(ValueError, match="names the drafter being trained"):
+        train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.init=sql")))
+    with pytest.raises(ValueError, match="expected scratch, target_head or a drafter name"):
+        train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.init='../x'")))
+    assert not (tmp_path / "outputs").exists(), "nothing was written"
+
+
+def test_regenerated_data_is_made_by_the_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """data.regenerated with a regenerate budget: answers generated with the pipeline's own target, then trained on.
+
+    The generator is wrapped so its answers are non-empty (a random tiny target's greedy text often decodes to
+    nothing); it must receive the model the pipeline already loaded, with the budget's settings.
+    """
+    torch.set_num_threads(1)
+    import data_recipes.regenerate as rg
+    from data_recipes import read_jsonl
+
+    seen: list[dict] = []
+
+    def fake_generator(target, max_new_tokens, temperature, seed, loaded=None):
+        seen.append({"target": target, "max_new_tokens": max_new_tokens, "layers": loaded[0].config.num_hidden_layers})
+
+        def gen(messages):
+            return f"SELECT {len(messages[0]['content'])};"
+
+        gen.batch = lambda many: [gen(m) for m in many]
+        return gen
+
+    monkeypatch.setattr(rg, "transformers_generator", fake_generator)
+    over = ["target=tiny", "train=tiny", "domain=sql", "train.regenerate.enabled=true",
+            "train.regenerate.max_examples=5", "+train.regenerate.max_new_tokens=7", "+train.regenerate.batch_size=2",
+            "train.features.max_length=384", "train.specforge.data.max_length=384"]  # SQL schemas are long
+    res = train_drafter(compose_train(tmp_path, *over))
+    assert seen == [{"target": "tiny", "max_new_tokens": 7, "layers": 4}]
+    regen = tmp_path / "data" / "offline" / "sql" / "regen" / "train.tiny.jsonl"
+    src = read_jsonl(tmp_path / "data" / "offline" / "sql" / "train.jsonl")
+    recs = read_jsonl(regen)
+    assert [r["id"] for r in recs] == [r["id"] for r in src[:5]]
+    assert all(r["conversations"][-1]["content"].startswith("SELECT ") for r in recs)
+    assert res.final_step == 6 and 3 <= res.stages["features"]["samples"] <= 5  # too-long ones are dropped
+    again = train_drafter(compose_train(tmp_path, *over))  # nothing left to regenerate: features reused
+    assert again.stages["features"]["reused"] is True and len(read_jsonl(regen)) == 5
