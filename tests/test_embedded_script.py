@@ -1,0 +1,75 @@
+"""scripts/embedded.py: the fast and full embedded runs are the documented entry points, and every run composes."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import embedded  # noqa: E402
+
+
+def _cfg(*overrides: str) -> dict:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return OmegaConf.to_container(compose("embedded", overrides=list(overrides)), resolve=True)
+
+
+def _expand(args: list[str]) -> list[list[str]]:
+    """A Hydra multirun's argument list -> one override list per run (comma values are swept)."""
+    keys = [a.split("=", 1) for a in args]
+    axes = [[f"{k}={v}" for v in (val.split(",") if "," in val and not val.startswith("[") else [val])] for k, val in keys]
+    return [list(c) for c in itertools.product(*axes)]
+
+
+def _compose(name: str, overrides: list[str]) -> dict:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return OmegaConf.to_container(compose(name, overrides=overrides), resolve=True)
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["fast", "full"])
+def test_every_run_of_both_modes_composes(full: bool) -> None:
+    cfg = _cfg(f"full={str(full).lower()}")
+    train, bench, report = embedded.commands(cfg)
+    mode = cfg["full_settings" if full else "fast_settings"]
+    assert train[1:3] == ["train/run.py", "-m"] and bench[1:3] == ["scripts/bench.py", "-m"]
+    runs = _expand(train[3:])
+    assert len(runs) == 8
+    for ov in runs:
+        t = _compose("train", ov)
+        assert t["train"]["name"] == "embedded" and t["pool"] == mode["pool"] and t["target"]["name"] == "smollm2"
+        if not full:
+            assert t["train"]["regenerate"]["max_examples"] == t["train"]["features"]["max_samples"] == 32
+            assert t["train"]["specforge"]["training"]["max_steps"] == 100
+    assert {_compose("train", ov)["domain"] for ov in runs} == set(cfg["domains"])
+    bruns = [ov for ov in _expand([a for a in bench[3:] if not a.startswith("hydra.")])]
+    assert len(bruns) == len(mode["selectors"]) * len(mode["workloads"]) * len(mode["seeds"])
+    for ov in bruns:
+        b = _compose("bench", ov)
+        assert b["pool"]["manifest"] == f"pools/{mode['pool']}.yaml" and b["pool"]["name"] == mode["pool"]
+        assert b["target"]["name"] == "smollm2"
+    sweep_dir = next(a for a in bench if a.startswith("hydra.sweep.dir=")).split("=", 1)[1]
+    assert report[1:] == ["scripts/report.py", "collect", sweep_dir]
+
+
+def test_dry_run_prints_the_three_commands_and_runs_nothing(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "scripts/embedded.py", "dry_run=true", f"hydra.run.dir={tmp_path}/h"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("$ ")]
+    assert [ln.split()[2] for ln in lines] == ["train/run.py", "scripts/bench.py", "scripts/report.py"]
+    assert "[embedded] exit" not in out.stdout, "dry_run executes nothing"
