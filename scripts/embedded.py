@@ -35,12 +35,14 @@ def commands(cfg: dict[str, Any]) -> list[list[str]]:
     pool, stamp = mode["pool"], time.strftime("%Y-%m-%d_%H-%M-%S")
     bench_dir = f"{cfg['out_dir']}/{pool}-{stamp}"
     py = sys.executable
-    train = [py, "train/run.py", "-m", "domain=" + ",".join(cfg["domains"]), "target=smollm2", "train=embedded",
-             f"train.pool={pool}", f"progress={str(cfg['progress']).lower()}", *mode.get("train_overrides", [])]
-    bench = [py, "scripts/bench.py", "-m", "pool=smollm2", f"pool.manifest={cfg['pools_dir']}/{pool}.yaml",
+    progress = f"progress={str(cfg['progress']).lower()}"
+    train = [py, "train/run.py", "-m", "domain=" + ",".join(cfg["domains"]), f"target={cfg['train_target']}",
+             f"train={cfg['train_budget']}", f"train.pool={pool}", f"paths.pools={cfg['pools_dir']}", progress,
+             *mode.get("train_overrides", []), *cfg.get("extra_train", [])]
+    bench = [py, "scripts/bench.py", "-m", f"pool={cfg['bench_pool']}", f"++pool.manifest={cfg['pools_dir']}/{pool}.yaml",
              f"pool.name={pool}", "selector=" + ",".join(mode["selectors"]), "workload=" + ",".join(mode["workloads"]),
-             "seed=" + ",".join(str(s) for s in mode["seeds"]), f"hydra.sweep.dir={bench_dir}",
-             f"progress={str(cfg['progress']).lower()}", *mode.get("bench_overrides", [])]
+             "seed=" + ",".join(str(s) for s in mode["seeds"]), f"hydra.sweep.dir={bench_dir}", progress,
+             *mode.get("bench_overrides", []), *cfg.get("extra_bench", [])]
     report = [py, "scripts/report.py", "collect", bench_dir]
     return [train, bench, report]
 

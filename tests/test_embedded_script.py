@@ -73,3 +73,30 @@ def test_dry_run_prints_the_three_commands_and_runs_nothing(tmp_path: Path) -> N
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("$ ")]
     assert [ln.split()[2] for ln in lines] == ["train/run.py", "scripts/bench.py", "scripts/report.py"]
     assert "[embedded] exit" not in out.stdout, "dry_run executes nothing"
+
+
+def _list(key: str, items: list[str]) -> str:
+    """A Hydra list override whose items contain '=' (quoted)."""
+    return f"{key}=[" + ",".join(f"'{x}'" for x in items) + "]"
+
+
+@pytest.mark.slow
+def test_fast_mode_end_to_end_on_the_tiny_target(tmp_path: Path) -> None:
+    """The driver really chains train -> bench -> report (tiny target and budget instead of SmolLM2, ~2 min)."""
+    pytest.importorskip("specforge")
+    t = tmp_path
+    args = [f"hydra.run.dir={t}/h", "train_target=tiny", "train_budget=tiny", "bench_pool=tiny", "domains=[chemistry,general]",
+            f"pools_dir={t}/pools", f"out_dir={t}/multirun", "progress=false",
+            _list("extra_train", [f"paths.outputs={t}/out", f"paths.cache={t}/cache", f"data_dir={t}/data"]),
+            "fast_settings.train_overrides=[]",
+            _list("extra_bench", [f"data.dir={t}/data", f"pool_cache={t}/pc", "workload.n_per_domain=1", "max_new_tokens=8",
+                                  "target.arch.num_hidden_layers=4"])]  # train=tiny trains against a 4-layer tiny target
+    out = subprocess.run([sys.executable, "scripts/embedded.py", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    from hedgespec.pools import load_pool
+
+    assert load_pool(t / "pools" / "smollm2-quick.yaml").names == ["chemistry", "general"]
+    runs = sorted((t / "multirun").glob("smollm2-quick-*/*/results.json"))
+    assert len(runs) == 3, runs
+    table = next((t / "multirun").glob("smollm2-quick-*/report/table.md")).read_text()
+    assert all(s in table for s in ("hedgespec", "eagle", "ucbspec")) and table.strip() in out.stdout
