@@ -64,6 +64,10 @@ def test_bench_engine_script(capsys):
     (res,) = mod.main(["--dims", "tiny", "--ns", "1", "2", "--repeats", "2", "--context", "16"])
     assert set(res["pool"]) == {1, 2} and res["target_verify_s"] > 0
     assert "x drafter forward" in capsys.readouterr().out
+    (small,) = mod.main(["--dims", "tiny", "--ns", "1", "--repeats", "1", "--context", "8", "--draft-vocab", "64"])
+    assert small["draft_vocab"] == 64
+    with pytest.raises(ValueError, match="draft_vocab=100000"):
+        mod.main(["--dims", "tiny", "--ns", "1", "--repeats", "1", "--draft-vocab", "100000"])
 
 
 def test_generate_refuses_router_with_a_pointer_to_bench(tiny):

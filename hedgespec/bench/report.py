@@ -419,6 +419,7 @@ def _overhead_section(results_dir: Path, emb: Sequence[Mapping[str, Any]], cmd: 
             ns = " ".join(str(n) for n in res["pool"])
             command = (f"python scripts/bench_engine.py --dims {res['dims']} --ns {ns} --context {res['context']} --k {res['k']} "
                        f"--rows {res['rows']} --device {res['device']} --dtype {res['dtype']} --threads {res['threads']} "
+                       f"--draft-vocab {res['draft_vocab']} "
                        f"--json docs/results/{f.name}")
             draft = res["k"] * res["drafter_forward_s"]
             out += ["", f"**Profile estimate from the engine micro-benchmark** (random weights at `{res['dims']}` shapes, draft vocab "

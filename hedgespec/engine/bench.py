@@ -49,12 +49,20 @@ def _time(fn, device: str, repeats: int, warmup: int = 2) -> float:
 
 @torch.no_grad()
 def bench_engine(dims: str = "tiny", ns: Sequence[int] = (1, 2, 4, 7, 14, 28), context: int = 128, k: int = 4,
-                 rows: int = 4, repeats: int = 20, device: str = "cpu", dtype: str = "float32") -> dict[str, Any]:
-    """Best-of-``repeats`` seconds of each cost and their ratios to one drafter forward and one target forward."""
+                 rows: int = 4, repeats: int = 20, device: str = "cpu", dtype: str = "float32",
+                 draft_vocab: int | None = None) -> dict[str, Any]:
+    """Best-of-``repeats`` seconds of each cost and their ratios to one drafter forward and one target forward.
+
+    ``draft_vocab`` overrides the dims' draft vocabulary (the embedded pool's trained drafters use 4096).
+    """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     d = dict(DIMS[dims])
     vd = d.pop("draft_vocab")
+    if draft_vocab is not None:
+        if not 0 < draft_vocab <= d["vocab_size"]:
+            raise ValueError(f"draft_vocab={draft_vocab} must be in [1, {d['vocab_size']}] for dims={dims!r}")
+        vd = int(draft_vocab)
     tdtype = getattr(torch, dtype)
     cfg = LlamaConfig(max_position_embeddings=4096, tie_word_embeddings=True, **d)
     torch.manual_seed(0)
