@@ -82,3 +82,5 @@ def test_results_carry_no_machine_local_paths(tmp_path, monkeypatch):
     out = portable_paths(cfg)
     assert out["pool_cache"] == "~/.cache/hedgespec/bench_pools"
     assert out["data"]["dir"] == "./data" and out["list"] == ["~/x"] and out["rel"] == "data" and out["n"] == 3
+    cmd = f"python scripts/bench.py trace={tmp_path}/traces/t.jsonl pool_cache='{home}/c' other=/srv/x"
+    assert portable_paths(cmd) == f"python scripts/bench.py trace=./traces/t.jsonl pool_cache='~/c' other=/srv/x"

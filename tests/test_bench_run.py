@@ -133,7 +133,7 @@ def test_jsonl_logger_gets_the_same_metrics_and_figures(tmp_path):
 
 @pytest.mark.slow
 def test_wandb_logger_offline(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+    pytest.importorskip("wandb", reason="wandb comes with the [track] extra (scripts/install.sh installs it)")
     monkeypatch.setenv("WANDB_MODE", "offline")
     cfg = compose_bench(BASE + ["selector=eagle", "logger=wandb"])
     bench_main(cfg, tmp_path, **inject())

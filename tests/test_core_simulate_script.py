@@ -37,7 +37,7 @@ def test_simulate_writes_results_and_plot(tmp_path, experiment):
 
 
 def test_simulate_with_wandb_offline(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+    pytest.importorskip("wandb", reason="wandb comes with the [track] extra (scripts/install.sh installs it)")
     monkeypatch.setenv("WANDB_MODE", "offline")
     out = run_simulation(_cfg(["n_requests=1", "length=16", "progress=false", "logger=wandb",
                                "experiment.pool_sizes=[2]"]), tmp_path)

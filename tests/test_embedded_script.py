@@ -83,7 +83,9 @@ def _list(key: str, items: list[str]) -> str:
 @pytest.mark.slow
 def test_fast_mode_end_to_end_on_the_tiny_target(tmp_path: Path) -> None:
     """The driver really chains train -> bench -> report (tiny target and budget instead of SmolLM2, ~2 min)."""
-    pytest.importorskip("specforge")
+    from _train_helpers import specforge_or_skip
+
+    specforge_or_skip()  # a failure under CI, a skip only where the [train] extra is absent
     t = tmp_path
     args = [f"hydra.run.dir={t}/h", "train_target=tiny", "train_budget=tiny", "bench_pool=tiny", "domains=[chemistry,general]",
             f"pools_dir={t}/pools", f"out_dir={t}/multirun", "progress=false",

@@ -115,7 +115,9 @@ def test_default_aux_ids_follow_sglang():
 
 def test_matches_specforge_draft_model(model, tmp_path):
     """Logits of our forward vs SpecForge's LlamaForCausalLMEagle3 on the same random weights (T rows, causal)."""
-    pytest.importorskip("specforge", reason="specforge not installed (optional [train] extra); comparison skipped")
+    from _train_helpers import specforge_or_skip
+
+    specforge_or_skip()  # a failure under CI, a skip only where the [train] extra is absent
     from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
     from transformers import LlamaConfig
 

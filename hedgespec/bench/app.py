@@ -20,7 +20,9 @@ def note_trace(trace: str | Path, res: Mapping[str, Any]) -> Path:
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"pool": res["pool"]["name"], "commands": []}
     if meta.get("pool") != res["pool"]["name"]:
         raise ValueError(f"trace {trace} already holds requests of pool {meta.get('pool')!r}, not {res['pool']['name']!r}")
-    meta["commands"].append(res["command"])
+    from hedgespec.bench.runners import portable_paths
+
+    meta["commands"].append(portable_paths(res["command"]))
     return write_json_atomic(meta, meta_path)
 
 

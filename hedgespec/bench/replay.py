@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from hedgespec.bench.report import mean_curve
+from hedgespec.bench.runners import portable_paths
 from hedgespec.selectors import make_selector
 from hedgespec.sim.greedy import best_fixed_mat, replay_greedy
 from hedgespec.sim.replay import load_trace
@@ -91,7 +92,7 @@ def replay_selectors(trace_path: str | Path, sizes: Sequence[int] | None = None,
     meta_path = Path(str(trace_path) + ".meta.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     return {"format": REPLAY_FORMAT, "version": 1, "trace": str(trace_path), "pool": meta.get("pool"),
-            "trace_commands": meta.get("commands", []), "n_requests": len(reqs), "k": k,
+            "trace_commands": [portable_paths(c) for c in meta.get("commands", [])], "n_requests": len(reqs), "k": k,
             "drafters": names, "sizes": [int(n) for n in sizes], "tokens": int(sum(len(r.gamma) for r in reqs)),
             "results": results}
 

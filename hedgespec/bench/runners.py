@@ -386,9 +386,11 @@ def portable_paths(obj: Any) -> Any:
     if isinstance(obj, list):
         return [portable_paths(v) for v in obj]
     if isinstance(obj, str):
-        for old, new in prefixes:
-            if obj.startswith(old) and old != "/":
-                return new + obj[len(old):]
+        import re
+
+        for old, new in prefixes:  # anywhere a path starts: the whole string, or after '=', a space, a quote, ...
+            if old != "/":
+                obj = re.sub(r"(?<![\w./~$-])" + re.escape(old), lambda _m, n=new: n, obj)
     return obj
 
 
