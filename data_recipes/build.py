@@ -1,4 +1,4 @@
-"""Build one domain (or all) into ``<data_dir>/<source>/<domain>/``: the library call behind ``scripts/prepare_data.py``.
+"""Build one domain (or all) into ``<data_dir>/<source>/<domain>/``: the library behind ``scripts/prepare_data.py``.
 
 Outputs per domain (nothing is written if anything fails: the files go to a temporary sibling directory that
 is renamed into place at the end)::
@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from hedgespec.io import atomic_dir
 
 from .common import (
     DOMAINS,
@@ -49,7 +50,8 @@ def default_sizes(domain: str, n_train: int | None, n_eval: int | None) -> tuple
     if nt < 0 or ne < 0:
         raise DataRecipeError(f"n_train={nt} / n_eval={ne} must be >= 0")
     if domain not in EVAL_ONLY_DOMAINS and nt == 0:
-        raise DataRecipeError(f"domain={domain}: n_train must be >= 1 (eval-only sets are {', '.join(EVAL_ONLY_DOMAINS)})")
+        raise DataRecipeError(f"domain={domain}: n_train must be >= 1 "
+                              f"(eval-only sets are {', '.join(EVAL_ONLY_DOMAINS)})")
     if ne == 0:
         raise DataRecipeError(f"domain={domain}: n_eval must be >= 1")
     return nt, ne
@@ -61,7 +63,8 @@ def domain_dir(data_dir: str | os.PathLike[str], source: str, domain: str) -> Pa
 
 def _check(domain: str, split: Split, n_train: int, n_eval: int) -> None:
     if len(split.train) != n_train or len(split.eval) != n_eval:
-        raise RuntimeError(f"recipe {domain} returned {len(split.train)}/{len(split.eval)} examples, expected {n_train}/{n_eval}")
+        raise RuntimeError(f"recipe {domain} returned {len(split.train)}/{len(split.eval)} examples, "
+                           f"expected {n_train}/{n_eval}")
     tr = {normalise_prompt(e.prompt) for e in split.train}
     overlap = [e.key for e in split.eval if normalise_prompt(e.prompt) in tr]
     if overlap:
@@ -73,7 +76,8 @@ def _sources(domain: str, source: str) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     for d in names:
         info = get_recipe(d).INFO
-        out += [asdict(s) | ({"domain": d} if domain == "general" else {}) for s in (info.offline if source == "offline" else info.hf)]
+        specs = info.offline if source == "offline" else info.hf
+        out += [asdict(s) | ({"domain": d} if domain == "general" else {}) for s in specs]
     return out
 
 
@@ -120,38 +124,9 @@ def prepare_domain(
     for r in train + evals:
         validate_record(r)
     out = domain_dir(data_dir, source, domain)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{domain}.tmp-", dir=out.parent))
-    try:
-        files: dict[str, dict[str, Any]] = {}
-        if train:
-            files["train.jsonl"] = {"records": len(train), "sha256": write_jsonl(tmp / "train.jsonl", train)}
-        files["eval.jsonl"] = {"records": len(evals), "sha256": write_jsonl(tmp / "eval.jsonl", evals)}
-        if variant:
-            var = [{"id": r["id"], "conversations": [{"role": "user", "content": apply_variant(r["conversations"][0]["content"], variant, seed)}] + r["conversations"][1:]} for r in evals]
-            files[f"eval_{variant}.jsonl"] = {"records": len(var), "sha256": write_jsonl(tmp / f"eval_{variant}.jsonl", var), "variant": variant}
-        mix: dict[str, int] = {}
-        for e in split.train:
-            if "domain" in e.meta:
-                mix[e.meta["domain"]] = mix.get(e.meta["domain"], 0) + 1
-        manifest: dict[str, Any] = {
-            "version": MANIFEST_VERSION,
-            "domain": domain,
-            "description": recipe.INFO.description,
-            "source": source,
-            "sources": _sources(domain, source),
-            "eval_only": recipe.INFO.eval_only,
-            "seed": int(seed),
-            "n_train": len(train),
-            "n_eval": len(evals),
-            "files": files,
-            "chars": {"train": sum(len(t["content"]) for r in train for t in r["conversations"]),
-                      "eval": sum(len(t["content"]) for r in evals for t in r["conversations"])},
-            "build_seconds": round(build_s, 3),
-            "train_keys_sample": [e.key for e in split.train[:5]],
-        }
-        if mix:
-            manifest["mix"] = mix
+    with atomic_dir(out) as tmp:
+        files = _write_files(tmp, train, evals, variant, seed)
+        manifest = _manifest(domain, source, recipe, split, train, evals, files, seed, build_s)
         if tokenizer is not None:
             manifest["tokens"] = {"tokenizer": tokenizer_name or type(tokenizer).__name__,
                                   "train": _count_tokens(tokenizer, train), "eval": _count_tokens(tokenizer, evals)}
@@ -162,13 +137,50 @@ def prepare_domain(
             old = json.loads(old_manifest.read_text(encoding="utf-8"))
             if old.get("files", {}).get("train.jsonl", {}).get("sha256") == files.get("train.jsonl", {}).get("sha256"):
                 shutil.move(str(out / "regen"), str(tmp / "regen"))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
+
+
+def _write_files(tmp: Path, train: list[dict], evals: list[dict], variant: str | None,
+                 seed: int) -> dict[str, dict[str, Any]]:
+    """train.jsonl (when there is a train split), eval.jsonl and eval_<variant>.jsonl; returns their entries."""
+    files: dict[str, dict[str, Any]] = {}
+    if train:
+        files["train.jsonl"] = {"records": len(train), "sha256": write_jsonl(tmp / "train.jsonl", train)}
+    files["eval.jsonl"] = {"records": len(evals), "sha256": write_jsonl(tmp / "eval.jsonl", evals)}
+    if variant:
+        var = [{"id": r["id"], "conversations": [{"role": "user", "content": apply_variant(
+            r["conversations"][0]["content"], variant, seed)}] + r["conversations"][1:]} for r in evals]
+        name = f"eval_{variant}.jsonl"
+        files[name] = {"records": len(var), "sha256": write_jsonl(tmp / name, var), "variant": variant}
+    return files
+
+
+def _manifest(domain: str, source: str, recipe: Any, split: Split, train: list[dict], evals: list[dict],
+              files: dict[str, dict[str, Any]], seed: int, build_s: float) -> dict[str, Any]:
+    """manifest.json without its optional ``tokens`` block."""
+    mix: dict[str, int] = {}
+    for e in split.train:
+        if "domain" in e.meta:
+            mix[e.meta["domain"]] = mix.get(e.meta["domain"], 0) + 1
+    manifest: dict[str, Any] = {
+        "version": MANIFEST_VERSION,
+        "domain": domain,
+        "description": recipe.INFO.description,
+        "source": source,
+        "sources": _sources(domain, source),
+        "eval_only": recipe.INFO.eval_only,
+        "seed": int(seed),
+        "n_train": len(train),
+        "n_eval": len(evals),
+        "files": files,
+        "chars": {"train": sum(len(t["content"]) for r in train for t in r["conversations"]),
+                  "eval": sum(len(t["content"]) for r in evals for t in r["conversations"])},
+        "build_seconds": round(build_s, 3),
+        "train_keys_sample": [e.key for e in split.train[:5]],
+    }
+    if mix:
+        manifest["mix"] = mix
+    return manifest
 
 
 def prepare(
@@ -194,5 +206,6 @@ def prepare(
         m = json.loads((out[d] / "manifest.json").read_text(encoding="utf-8"))
         tok = f", {m['tokens']['train']['total_tokens']} train tokens" if "tokens" in m else ""
         if log:
-            log(f"[prepare_data] {d:9s} {source}: {m['n_train']} train / {m['n_eval']} eval in {time.perf_counter() - t:.1f}s{tok} -> {out[d]}")
+            log(f"[prepare_data] {d:9s} {source}: {m['n_train']} train / {m['n_eval']} eval in "
+                f"{time.perf_counter() - t:.1f}s{tok} -> {out[d]}")
     return out

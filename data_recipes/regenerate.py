@@ -15,25 +15,33 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from tqdm.auto import tqdm
+
+import hedgespec.models
 
 from .common import DataRecipeError, read_jsonl, validate_record
 
 Generator = Callable[[list[dict[str, str]]], str]
 
 
-def server_generator(url: str, model: str | None, max_new_tokens: int, temperature: float, seed: int, timeout: float = 600.0) -> Generator:
+def server_generator(url: str, model: str | None, max_new_tokens: int, temperature: float, seed: int,
+                     timeout: float = 600.0) -> Generator:
     """Chat completions against an OpenAI-compatible endpoint (stdlib ``urllib``; no extra dependency)."""
-    import urllib.error
-    import urllib.request
-
     endpoint = url.rstrip("/")
-    endpoint = endpoint if endpoint.endswith("/chat/completions") else (endpoint if endpoint.endswith("/v1") else endpoint + "/v1") + "/chat/completions"
+    if not endpoint.endswith("/chat/completions"):
+        endpoint = (endpoint if endpoint.endswith("/v1") else endpoint + "/v1") + "/chat/completions"
 
     def gen(messages: list[dict[str, str]]) -> str:
-        body = {"model": model or "default", "messages": messages, "max_tokens": max_new_tokens, "temperature": temperature, "seed": seed}
-        req = urllib.request.Request(endpoint, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        body = {"model": model or "default", "messages": messages, "max_tokens": max_new_tokens,
+                "temperature": temperature, "seed": seed}
+        req = urllib.request.Request(endpoint, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return json.loads(r.read())["choices"][0]["message"]["content"] or ""
@@ -51,14 +59,12 @@ def transformers_generator(target: Any, max_new_tokens: int, temperature: float,
     for several prompts (2.5x the tokens/s of one-by-one on 2 CPU cores for SmolLM2 at 16 prompts); greedy
     answers match the one-by-one ones (a test checks).
     """
-    import torch
+    import torch  # lazily: building the data recipes (offline) never needs torch
 
     if loaded is not None:  # (model, tokenizer) the caller already holds, e.g. the training pipeline
         model, tok = loaded
     else:
-        from hedgespec.models import load_target
-
-        model, tok = load_target(target)
+        model, tok = hedgespec.models.load_target(target)
     device = next(model.parameters()).device
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
@@ -85,6 +91,19 @@ def transformers_generator(target: Any, max_new_tokens: int, temperature: float,
     return gen
 
 
+def _target_name(target: Any, target_name: str | None) -> str:
+    """The file-name-safe target name of ``regen/<split>.<name>.jsonl``."""
+    name = target_name or (target if isinstance(target, str) else getattr(target, "name", None)
+                           or (target.get("name") if hasattr(target, "get") else None) or "target")
+    return str(name).replace("/", "_").replace(":", "_")
+
+
+def _prompt_of(rec: dict[str, Any]) -> list[dict[str, str]]:
+    """The turns a regenerated answer replies to: the user prompt (after the system prompt, if any)."""
+    turns = [t for t in rec["conversations"] if t["role"] != "assistant"]
+    return turns[:1] if turns[0]["role"] == "user" else turns[:2]
+
+
 def regenerate(
     domain_dir: str | os.PathLike[str],
     split: str = "train",
@@ -104,12 +123,12 @@ def regenerate(
     domain_dir = Path(domain_dir)
     src = domain_dir / f"{split}.jsonl"
     if not src.is_file():
-        raise DataRecipeError(f"regenerate: {src} does not exist; build the domain first (python scripts/prepare_data.py domain=...)")
+        raise DataRecipeError(f"regenerate: {src} does not exist; build the domain first "
+                              "(python scripts/prepare_data.py domain=...)")
     if max_examples < 1 or max_new_tokens < 1 or batch_size < 1:
         raise DataRecipeError(f"regen.max_examples={max_examples}, regen.max_new_tokens={max_new_tokens} and "
                               f"regen.batch_size={batch_size} must be >= 1")
-    name = target_name or (target if isinstance(target, str) else getattr(target, "name", None) or (target.get("name") if hasattr(target, "get") else None) or "target")
-    name = str(name).replace("/", "_").replace(":", "_")  # with a url, the server is assumed to serve this target
+    name = _target_name(target, target_name)  # with a url, the server is assumed to serve this target
     out_dir = domain_dir / "regen"
     out_dir.mkdir(exist_ok=True)
     out = out_dir / f"{split}.{name}.jsonl"
@@ -118,31 +137,27 @@ def regenerate(
     skipped = set(skipped_path.read_text().split()) if skipped_path.is_file() else set()
     todo = [r for r in read_jsonl(src)[:max_examples] if r["id"] not in done and r["id"] not in skipped]
     if todo and generator is None:
-        generator = server_generator(url, model, max_new_tokens, temperature, seed) if url else transformers_generator(target, max_new_tokens, temperature, seed)
-    from tqdm.auto import tqdm
-
+        generator = (server_generator(url, model, max_new_tokens, temperature, seed) if url
+                     else transformers_generator(target, max_new_tokens, temperature, seed))
     t0 = time.perf_counter()
-    def prompt_of(rec: dict[str, Any]) -> list[dict[str, str]]:
-        turns = [t for t in rec["conversations"] if t["role"] != "assistant"]
-        return turns[:1] if turns[0]["role"] == "user" else turns[:2]
-
     batched = getattr(generator, "batch", None) if batch_size > 1 else None
     with open(out, "a", encoding="utf-8") as f, open(skipped_path, "a") as fs, \
             tqdm(total=len(todo), desc=f"regen {domain_dir.name}/{split}", disable=not progress, unit="ex") as bar:
         for i in range(0, len(todo), batch_size if batched else 1):
             chunk = todo[i:i + batch_size] if batched else todo[i:i + 1]
-            answers = batched([prompt_of(r) for r in chunk]) if batched else [generator(prompt_of(chunk[0]))]
+            answers = batched([_prompt_of(r) for r in chunk]) if batched else [generator(_prompt_of(chunk[0]))]
             for rec, answer in zip(chunk, answers):  # written in source order, so a rerun resumes cleanly
                 if not answer.strip():
                     fs.write(rec["id"] + "\n")
                     continue
-                new = {"id": rec["id"], "conversations": prompt_of(rec) + [{"role": "assistant", "content": answer}]}
+                new = {"id": rec["id"], "conversations": _prompt_of(rec) + [{"role": "assistant", "content": answer}]}
                 validate_record(new)
                 f.write(json.dumps(new, ensure_ascii=False) + "\n")
             f.flush()
             fs.flush()
             bar.update(len(chunk))
     info = {"split": split, "target": name, "url": url, "temperature": temperature, "max_new_tokens": max_new_tokens,
-            "max_examples": max_examples, "batch_size": batch_size, "records": len(read_jsonl(out)), "seconds_last_run": round(time.perf_counter() - t0, 2)}
+            "max_examples": max_examples, "batch_size": batch_size, "records": len(read_jsonl(out)),
+            "seconds_last_run": round(time.perf_counter() - t0, 2)}
     (out_dir / f"{split}.{name}.json").write_text(json.dumps(info, indent=2) + "\n")
     return out

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _train_helpers import CONVERSATIONS, compose_train, specforge_or_skip, tiny_overrides
 
 specforge_or_skip()
@@ -49,7 +48,8 @@ def test_budgets_compose_and_validate(tmp_path: Path, target: str, budget: str, 
 
 
 def test_paper_gpus_map_to_specforge_torchrun(tmp_path: Path, no_target_loading: None) -> None:
-    cfg = compose_train(tmp_path, "target=llama8b", "train=paper", "domain=math", "train.plan_only=true", "train.gpus=8")
+    cfg = compose_train(tmp_path, "target=llama8b", "train=paper", "domain=math", "train.plan_only=true",
+                        "train.gpus=8")
     sf = train_drafter(cfg).specforge_config
     assert sf["deployment"]["trainer"]["nproc_per_node"] == 8
 

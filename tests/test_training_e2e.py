@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _train_helpers import REPO, compose_train, specforge_or_skip, tiny_overrides, tmp_overrides
 
 specforge_or_skip()

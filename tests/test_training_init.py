@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _train_helpers import compose_train, specforge_or_skip, tiny_overrides
 
 specforge_or_skip()

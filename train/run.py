@@ -15,11 +15,11 @@ import json
 import hydra
 from omegaconf import DictConfig
 
+from hedgespec.training import train_drafter
+
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    from hedgespec.training import train_drafter
-
     result = train_drafter(cfg)
     print(json.dumps({"drafter": result.drafter, "pool": result.pool, "manifest": str(result.manifest),
                       "export": str(result.export_dir), "final_step": result.final_step,

@@ -1,4 +1,4 @@
-"""Content hashes of a target, recorded in pool manifests (ARCHITECTURE: "target id + revision/hash").
+"""Content hashes of a target, recorded in pool manifests next to its id (name and revision).
 
 A drafter trained on one target is only valid for the exact same weights and vocabulary, so the pool loader
 compares these hashes instead of trusting names.
@@ -10,7 +10,7 @@ import hashlib
 from typing import Any
 
 
-def state_dict_fingerprint(state_dict: "dict[str, Any]") -> str:
+def state_dict_fingerprint(state_dict: dict[str, Any]) -> str:
     """sha256 over ``name, dtype, shape, raw bytes`` of every tensor, in sorted name order (``sha256:<hex>``)."""
     import torch
 

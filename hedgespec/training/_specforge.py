@@ -13,11 +13,12 @@ from types import ModuleType
 
 SPECFORGE_VERSION = "0.2.0"
 INSTALL_HINT = (
-    "hedgespec training needs SpecForge {v} (the unified-runtime wheel from PyPI). Install it with\n"
+    f"hedgespec training needs SpecForge {SPECFORGE_VERSION} (the unified-runtime wheel from PyPI). Install it with\n"
     "    bash scripts/install.d/30-train.sh\n"
-    "(pip install --no-deps 'specforge=={v}' with the pinned wheel hash, then its light dependencies:\n"
+    f"(pip install --no-deps 'specforge=={SPECFORGE_VERSION}' with the pinned wheel hash, "
+    "then its light dependencies:\n"
     "    pip install -c requirements/constraints.txt -e '.[train]')."
-).format(v=SPECFORGE_VERSION)
+)
 
 
 def require_specforge() -> ModuleType:

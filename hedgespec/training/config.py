@@ -11,9 +11,7 @@ before any target is loaded.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from hedgespec.training._specforge import specforge_config_model
@@ -39,7 +37,8 @@ def _format_validation_error(exc: Exception) -> str:
     lines = []
     for e in errors():
         loc = ".".join(str(p) for p in e.get("loc", ()))
-        lines.append(f"  specforge.{loc}: {e.get('msg')}" + (f" (got {e.get('input')!r})" if e.get("type") == "extra_forbidden" else ""))
+        got = f" (got {e.get('input')!r})" if e.get("type") == "extra_forbidden" else ""
+        lines.append(f"  specforge.{loc}: {e.get('msg')}{got}")
     return "\n".join(lines) or str(exc)
 
 
@@ -97,7 +96,7 @@ def compose_specforge(
 
 
 def validate_early(block: Mapping[str, Any], tracking: Mapping[str, Any] | None = None) -> Any:
-    """Validate a budget's ``specforge`` block with placeholder paths, before any work (issue 5: typos fail up front)."""
+    """Validate a budget's ``specforge`` block with placeholder paths, before any work (so typos fail up front)."""
     raw = compose_specforge(
         block,
         target_model_path=_PLACEHOLDER,
@@ -139,11 +138,3 @@ def draft_config_dict(target_config: Any, *, draft_vocab_size: int, aux_layer_id
         d["max_position_embeddings"] = int(max_position_embeddings)
     d.setdefault("hidden_act", "silu")
     return d
-
-
-def write_json(path: Path, obj: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
-    tmp.replace(path)
-    return path

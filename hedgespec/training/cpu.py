@@ -1,8 +1,8 @@
 """Every adaptation hedgespec needs to run SpecForge 0.2.0 training on a CPU, in one place.
 
 SpecForge's unified runtime targets CUDA. Its offline EAGLE-3 path (features on disk -> ``specforge
-train`` -> ``specforge export``) runs on CPU with gloo once these are in place (see
-``/work/shared/reference/SPECFORGE.md`` §5 for the failures each one avoids):
+train`` -> ``specforge export``) runs on CPU with gloo once these are in place (each item names the failure
+it avoids on a machine without an accelerator):
 
 1. ``training.fsdp_sharding=NO_SHARD`` (DDP instead of FSDP1, which raises "FSDP needs a non-CPU accelerator
    device") and ``training.attention_backend=sdpa`` (FlexAttention has no CPU backward).  These are plain config
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 
 #: Config values a CPU run must have, with the reason (shown in the error).
 CPU_REQUIRED: dict[tuple[str, str], tuple[set[str], str]] = {
@@ -91,9 +92,7 @@ def cpu_runtime() -> Iterator[None]:
     saved_env = {k: os.environ.get(k) for k in ("TORCHDYNAMO_DISABLE", "SPECFORGE_DEVICE")}
     os.environ["TORCHDYNAMO_DISABLE"] = "1"
     os.environ["SPECFORGE_DEVICE"] = "cpu"
-    import torch._dynamo
-
-    saved_dynamo = torch._dynamo.config.disable
+    saved_dynamo = torch._dynamo.config.disable  # torch imports its _dynamo submodule on this first access
     torch._dynamo.config.disable = True
 
     patched: list[tuple[Any, Any]] = []
@@ -127,8 +126,6 @@ def save_target_head(model: torch.nn.Module, tokenizer: Any, path: Path, dtype: 
     ``model.embed_tokens.weight`` and ``lm_head.weight`` (the input embedding again when the target ties
     them), and ``model.safetensors.index.json`` mapping both keys to that shard.
     """
-    from safetensors.torch import save_file
-
     path.mkdir(parents=True, exist_ok=True)
     model.config.save_pretrained(path)
     tokenizer.save_pretrained(path)

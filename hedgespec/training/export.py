@@ -8,24 +8,31 @@ the target's embedding), which is also what ``hedgespec.engine.eagle3`` loads.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from safetensors import safe_open
+
+from hedgespec.io import atomic_dir
 from hedgespec.training._specforge import specforge_cli_main
 
 REQUIRED_KEYS = ("fc.weight", "norm.weight", "lm_head.weight", "t2d", "d2t")
 EXPORT_MARKER = ".hedgespec-export.json"
 
 
+def _refuse_foreign(output_dir: Path) -> None:
+    """Only an earlier export of ours (it has :data:`EXPORT_MARKER`) may be replaced."""
+    if not (output_dir / EXPORT_MARKER).is_file():
+        raise FileExistsError(
+            f"{output_dir} exists and was not written by hedgespec (no {EXPORT_MARKER}); "
+            "refusing to overwrite it: move it away or choose another pool/drafter name"
+        )
+
+
 def export_sglang(checkpoint: Path, draft_config: Path, vocab_mapping: Path, output_dir: Path,
                   provenance: dict) -> Path:
     """Export ``checkpoint`` to ``output_dir`` (replacing an earlier export of ours, never foreign content)."""
     output_dir = Path(output_dir)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with atomic_dir(output_dir, check_replace=_refuse_foreign) as tmp:
         rc = specforge_cli_main(["export", "--to", "sglang", "--checkpoint", str(checkpoint),
                                  "--draft-config", str(draft_config), "--output-dir", str(tmp),
                                  "--vocab-mapping", str(vocab_mapping)])
@@ -33,24 +40,11 @@ def export_sglang(checkpoint: Path, draft_config: Path, vocab_mapping: Path, out
             raise RuntimeError(f"specforge export exited with {rc}")
         check_export(tmp)
         (tmp / EXPORT_MARKER).write_text(json.dumps(provenance, indent=2, sort_keys=True))
-        if output_dir.exists():
-            if not (output_dir / EXPORT_MARKER).is_file():
-                raise FileExistsError(
-                    f"{output_dir} exists and was not written by hedgespec (no {EXPORT_MARKER}); "
-                    "refusing to overwrite it: move it away or choose another pool/drafter name"
-                )
-            shutil.rmtree(output_dir)
-        os.replace(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return output_dir
 
 
 def check_export(path: Path) -> dict[str, tuple[int, ...]]:
     """Check an SGLang export directory has the EAGLE-3 keys; return ``{key: shape}``."""
-    from safetensors import safe_open
-
     path = Path(path)
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
         raise FileNotFoundError(f"{path}: expected config.json and model.safetensors from specforge export")

@@ -10,7 +10,7 @@ produces the same files on any device.  One file per conversation, ``rows_{g}-{g
 * ``hidden_state`` ``(1, T, H)`` -- the target's last hidden state after the final norm (the ``lm_head`` input);
 * ``aux_hidden_state`` ``(1, T, 3H)`` -- the outputs of the three fused layers ``aux_layer_ids`` (SpecForge
   layer-output indices, i.e. ``hidden_states[i + 1]`` of a transformers forward; default ``[1, L//2-1, L-4]``),
-  concatenated in that order (EAGLE-3 feature fusion, paper §3.1).
+  concatenated in that order (EAGLE-3's fusion of low, middle and high target features).
 
 The directory is cached under a key that hashes the target, the data file, the layer ids and every
 tokenisation setting; a second run with the same inputs reuses it.  It is written to a temporary sibling and
@@ -20,9 +20,6 @@ renamed into place, so a killed run never leaves a half-written cache behind.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +28,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from hedgespec.io import atomic_dir
 from hedgespec.training.hashing import file_hash, json_hash
 
 FEATURE_FORMAT_VERSION = 1
@@ -150,58 +148,59 @@ def generate_features(
         return FeatureSet(out, key, m["num_samples"], m["num_tokens"], m["num_loss_tokens"], reused=True)
 
     rows = read_conversations(data_path, max_samples)
-    torch_dtype = getattr(torch, dtype)
-    Path(cache_root).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_root))
     was_training = model.training
     model.eval()
-    backbone = model.get_decoder() if hasattr(model, "get_decoder") else model
-    n_tokens = n_loss = n_written = 0
     try:
-        for i, row in enumerate(tqdm(rows, desc="target features", unit="conv", disable=not progress)):
-            input_ids, loss_mask = tokenize_conversation(tokenizer, row["conversations"], max_length)
-            if int(loss_mask.sum()) == 0:
-                continue  # nothing supervised (e.g. the assistant turn was truncated away)
-            # the decoder stack only: the lm_head (~20% of a small target's FLOPs) is not needed here
-            outputs = backbone(input_ids=input_ids[None].to(model.device), output_hidden_states=True)
-            hs = outputs.hidden_states
-            aux = torch.cat([hs[j + 1] for j in aux_layer_ids], dim=-1)
-            group = (n_written // ROWS_PER_DIR) * ROWS_PER_DIR
-            d = tmp / f"rows_{group}-{group + ROWS_PER_DIR}"
-            d.mkdir(exist_ok=True)
-            record = {
-                "input_ids": input_ids.cpu(),
-                "loss_mask": loss_mask.cpu(),
-                "hidden_state": hs[-1].to(torch_dtype).cpu().contiguous(),
-                "aux_hidden_state": aux.to(torch_dtype).cpu().contiguous(),
+        with atomic_dir(out, replace=False) as tmp:  # a concurrent run that finished first keeps its copy
+            n_written, n_tokens, n_loss = _write_records(model, tokenizer, rows, tmp, aux_layer_ids, max_length,
+                                                         getattr(torch, dtype), progress)
+            if n_written == 0:
+                raise ValueError(f"{data_path}: no conversation has a supervised assistant token within "
+                                 f"max_length={max_length}")
+            manifest = {
+                "format": "specforge-offline-eagle3",
+                "version": FEATURE_FORMAT_VERSION,
+                "key": key,
+                "target_hash": target_hash,
+                "data_path": str(data_path),
+                "aux_layer_ids": list(aux_layer_ids),
+                "max_length": max_length,
+                "dtype": dtype,
+                "num_samples": n_written,
+                "num_tokens": n_tokens,
+                "num_loss_tokens": n_loss,
             }
-            torch.save(record, d / f"data_{n_written}.ckpt")
-            n_written += 1
-            n_tokens += int(input_ids.numel())
-            n_loss += int(loss_mask.sum())
-        if n_written == 0:
-            raise ValueError(f"{data_path}: no conversation has a supervised assistant token within max_length={max_length}")
-        manifest = {
-            "format": "specforge-offline-eagle3",
-            "version": FEATURE_FORMAT_VERSION,
-            "key": key,
-            "target_hash": target_hash,
-            "data_path": str(data_path),
-            "aux_layer_ids": list(aux_layer_ids),
-            "max_length": max_length,
-            "dtype": dtype,
-            "num_samples": n_written,
-            "num_tokens": n_tokens,
-            "num_loss_tokens": n_loss,
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
-        if out.exists():  # a concurrent run finished first; keep its copy
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
     finally:
         model.train(was_training)
     return FeatureSet(out, key, n_written, n_tokens, n_loss, reused=False)
+
+
+def _write_records(model: torch.nn.Module, tokenizer: Any, rows: Sequence[dict[str, Any]], out: Path,
+                   aux_layer_ids: Sequence[int], max_length: int, torch_dtype: torch.dtype,
+                   progress: bool) -> tuple[int, int, int]:
+    """One ``rows_{g}-{g+N}/data_{i}.ckpt`` per supervised conversation; returns (written, tokens, loss tokens)."""
+    backbone = model.get_decoder() if hasattr(model, "get_decoder") else model
+    n_tokens = n_loss = n_written = 0
+    for row in tqdm(rows, desc="target features", unit="conv", disable=not progress):
+        input_ids, loss_mask = tokenize_conversation(tokenizer, row["conversations"], max_length)
+        if int(loss_mask.sum()) == 0:
+            continue  # nothing supervised (e.g. the assistant turn was truncated away)
+        # the decoder stack only: the lm_head (~20% of a small target's FLOPs) is not needed here
+        outputs = backbone(input_ids=input_ids[None].to(model.device), output_hidden_states=True)
+        hs = outputs.hidden_states
+        aux = torch.cat([hs[j + 1] for j in aux_layer_ids], dim=-1)
+        group = (n_written // ROWS_PER_DIR) * ROWS_PER_DIR
+        d = out / f"rows_{group}-{group + ROWS_PER_DIR}"
+        d.mkdir(exist_ok=True)
+        record = {
+            "input_ids": input_ids.cpu(),
+            "loss_mask": loss_mask.cpu(),
+            "hidden_state": hs[-1].to(torch_dtype).cpu().contiguous(),
+            "aux_hidden_state": aux.to(torch_dtype).cpu().contiguous(),
+        }
+        torch.save(record, d / f"data_{n_written}.ckpt")
+        n_written += 1
+        n_tokens += int(input_ids.numel())
+        n_loss += int(loss_mask.sum())
+    return n_written, n_tokens, n_loss

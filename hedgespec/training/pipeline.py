@@ -1,19 +1,24 @@
 """One drafter, end to end: data -> target features -> vocab mapping -> SpecForge training -> export -> pool.
 
-``train_drafter(cfg)`` is what ``python train/run.py domain=<d> target=<t> train=<budget>`` calls.  Stages
-(each skipped when already done, so a rerun after an interruption picks up where it stopped):
+``train_drafter(cfg)`` is what ``python train/run.py domain=<d> target=<t> train=<budget>`` calls.  It builds a
+:class:`TrainRun` (the resolved config, names, paths and, stage by stage, what each one produced) and passes it
+through six stage functions.  Each stage skips the work that is already done, so a rerun after an interruption
+picks up where it stopped:
 
-1. **check** (before any work): domain and target are known, SpecForge is installed, the budget's
+1. :func:`setup` (before any work): domain and target are known, SpecForge is installed, the budget's
    ``specforge`` block validates against SpecForge's strict ``Config`` (typos fail here), a CPU budget has
    the CPU settings, and the run/export directories are either absent or ours.
-2. **data**: the domain's conversation JSONL (``data.path`` overrides the recipe) and its manifest hash.
-3. **features**: target hidden states in SpecForge's offline format (``hedgespec.training.features``),
-   cached under ``<cache>/features/<key>`` keyed by target hash + data hash + aux layer ids.
-4. **vocab**: the draft vocabulary mapping from the supervised tokens (``hedgespec.training.vocab``).
-5. **train**: SpecForge ``train`` in-process on the composed, validated config; resumes from the newest
-   checkpoint under the run directory (``training.resume_from``) when one exists.
-6. **export**: ``specforge export --to sglang`` into ``<pools>/<pool>/<drafter>/``.
-7. **register**: the drafter entry in ``<pools>/<pool>.yaml`` (``hedgespec.pools``).
+2. :func:`stage_data`: the target is loaded; the domain's conversation JSONL (``data.path`` overrides the
+   recipe) and its manifest hash; the run directory is claimed with its resume ledger ``<run>/state.json``.
+3. :func:`stage_features`: target hidden states in SpecForge's offline format (``hedgespec.training.features``),
+   cached under ``<cache>/features/<key>`` keyed by target hash + data hash + aux layer ids, then the draft
+   vocabulary mapping from the supervised tokens (``hedgespec.training.vocab``).
+4. :func:`stage_train`: SpecForge ``train`` in-process on the composed, validated config; resumes from the
+   newest checkpoint under the run directory (``training.resume_from``) when one exists, and is skipped when
+   the ledger records a finished run whose checkpoint reached ``max_steps``.
+5. :func:`stage_export`: ``specforge export --to sglang`` into ``<pools>/<pool>/<drafter>/`` (skipped when the
+   ledger records an export of the same checkpoint).
+6. :func:`stage_register`: the drafter entry in ``<pools>/<pool>.yaml`` (``hedgespec.pools``).
 
 Progress: tqdm bars for feature generation and training; SpecForge's metrics go to
 ``<run>/metrics.jsonl`` and, with ``logger=wandb``, to an offline W&B run under ``<run>/wandb``.
@@ -21,27 +26,45 @@ Progress: tqdm bars for feature generation and training; SpecForge's metrics go 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from hedgespec.training.config import compose_specforge, draft_config_dict, validate_early, validate_specforge, write_json
+import hedgespec.models  # load_target is looked up at call time (tests replace it to prove no work is done)
+from hedgespec.io import atomic_dir, write_json_atomic
+from hedgespec.models import TargetSpec, cache_dir, resolve_target
+from hedgespec.pools import DrafterEntry, TargetInfo, pool_path, register_drafter
+from hedgespec.training._specforge import require_specforge, specforge_cli_main
+from hedgespec.training.config import compose_specforge, draft_config_dict, validate_early, validate_specforge
+from hedgespec.training.cpu import check_cpu_config, cpu_runtime, save_target_head
+from hedgespec.training.export import EXPORT_MARKER, export_sglang
+from hedgespec.training.features import FeatureSet, default_aux_layer_ids, generate_features
 from hedgespec.training.hashing import file_hash, json_hash
+from hedgespec.training.progress import MetricTee, summarize
+from hedgespec.training.vocab import VocabMapping, build_vocab_mapping
+from hedgespec.training.warmstart import SCRATCH, TARGET_HEAD, build_warm_start, target_head_and_norm
 
-#: The pool's domains (``general`` trains the generalist baseline).  ``data_recipes`` is authoritative when
-#: it is installed; this list is the fallback and the documented default.
-DOMAINS = ("python", "math", "biology", "chemistry", "medqa", "cnndm", "sql", "general")
+import data_recipes.build as recipe_build
+import data_recipes.regenerate as recipe_regen  # a module: tests replace its transformers_generator
+from data_recipes.common import EVAL_ONLY_DOMAINS, TRAIN_DOMAINS
+
+#: The pool's domains: the data recipes' training domains and ``general`` (the generalist baseline).
+DOMAINS = (*TRAIN_DOMAINS, "general")
 RUN_MARKER = ".hedgespec-run.json"
 _STEP_DIR = re.compile(r"-step(\d+)$")
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 @dataclass
@@ -61,35 +84,137 @@ class TrainResult:
     specforge_config: dict[str, Any] = field(default_factory=dict)
 
 
+class _RunState:
+    """``<run>/state.json``: which stages finished, with what results (the resume ledger)."""
+
+    def __init__(self, run_dir: Path, key: str, fresh: bool):
+        self.path = run_dir / "state.json"
+        self.data: dict[str, Any] = {"key": key, "stages": {}}
+        if not fresh and self.path.is_file():
+            self.data = json.loads(self.path.read_text())
+
+    def done(self, stage: str) -> dict[str, Any] | None:
+        return self.data["stages"].get(stage)
+
+    def mark(self, stage: str, info: Mapping[str, Any]) -> None:
+        self.data["stages"][stage] = dict(info)
+        _write_json(self.data, self.path)
+
+    def clear(self, *stages: str) -> None:
+        for s in stages:
+            self.data["stages"].pop(s, None)
+        _write_json(self.data, self.path)
+
+
+@dataclass
+class TrainRun:
+    """One ``train_drafter`` call: what :func:`setup` resolves, then what each later stage adds."""
+
+    cfg: dict[str, Any]  # the composed config as plain containers
+    domain: str
+    target: TargetSpec
+    pool: str
+    drafter: str
+    run_dir: Path  # <outputs>/<pool>/<drafter>: checkpoints, ledger, run.yaml, metrics
+    export_dir: Path  # <pools>/<pool>/<drafter>: the SGLang export
+    pools_dir: Path
+    device: str
+    tracking: dict[str, Any]  # SpecForge's tracking section
+    init_source: Path | None  # the exported drafter that train.draft.init=<drafter> starts from
+    t_start: float
+    timings: dict[str, float] = field(default_factory=dict)
+    # stage_data
+    model: Any = None  # the loaded target; released before SpecForge trains
+    tokenizer: Any = None
+    target_info: TargetInfo | None = None
+    data_path: Path | None = None
+    data_hash: str = ""
+    aux: list[int] = field(default_factory=list)
+    draft_vocab: int = 0
+    key: str = ""  # the run key: same key -> resume, another key -> refuse (or overwrite)
+    state: _RunState | None = None
+    # stage_features
+    features: FeatureSet | None = None
+    vocab: VocabMapping | None = None
+    # stage_train
+    head_dir: Path | None = None
+    draft_config_path: Path | None = None
+    warm_start: Path | None = None
+    specforge: Any = None  # the validated ``specforge.config.Config``
+    latest: tuple[Path, int] | None = None  # newest complete checkpoint and its step
+    final_step: int | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    # stage_register
+    manifest: Path | None = None
+
+    @property
+    def train(self) -> dict[str, Any]:
+        return self.cfg["train"]
+
+    @property
+    def progress(self) -> bool:
+        return bool(self.cfg.get("progress", True))
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.pool}-{self.drafter}"
+
+    @property
+    def ckpt_root(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def result(self) -> TrainResult:
+        return TrainResult(self.drafter, self.domain, self.pool, self.run_dir, self.export_dir, self.manifest,
+                           self.final_step, self.metrics, dict(self.state.data["stages"]), self.timings,
+                           self.specforge.model_dump(mode="json"))
+
+
+def train_drafter(cfg: Any) -> TrainResult:
+    """Run every stage for ``cfg`` (a composed ``conf/train.yaml``; DictConfig or dict)."""
+    run = setup(cfg)
+    if bool(run.train.get("plan_only", False)):
+        return plan_only(run)
+    stage_data(run)
+    stage_features(run)
+    stage_train(run)
+    stage_export(run)
+    stage_register(run)
+    run.timings["total"] = time.perf_counter() - run.t_start
+    return run.result()
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+
+
+def _write_json(obj: Any, path: Path) -> Path:
+    """The run directory's JSON files (marker, ledger, draft config): indented, keys sorted, atomic."""
+    return write_json_atomic(obj, path, indent=2, sort_keys=True)
+
+
+@contextlib.contextmanager
+def _timed(run: TrainRun, name: str) -> Iterator[None]:
+    """Record the block's wall time as ``run.timings[name]`` (only when it finishes)."""
+    t0 = time.perf_counter()
+    yield
+    run.timings[name] = time.perf_counter() - t0
+
+
 def _plain(node: Any) -> Any:
     """OmegaConf node -> plain containers (resolved); plain values pass through."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-    except ImportError:  # pragma: no cover
-        return node
     if isinstance(node, (DictConfig, ListConfig)):
         return OmegaConf.to_container(node, resolve=True)
     return node
 
 
 def known_domains() -> tuple[str, ...]:
-    """Trainable domains: ``data_recipes.common.TRAIN_DOMAINS`` + ``general`` when available, else :data:`DOMAINS`."""
-    try:
-        from data_recipes.common import TRAIN_DOMAINS  # type: ignore[import-not-found]
-
-        return tuple(TRAIN_DOMAINS) + ("general",)
-    except ImportError:
-        return DOMAINS
+    """Trainable domains: ``data_recipes.common.TRAIN_DOMAINS`` + ``general``."""
+    return DOMAINS
 
 
 def domain_name(domain: Any) -> str:
     """A trainable domain name (``data_recipes`` eval-only sets such as gsm8k are refused)."""
     name = str(domain)
     domains = known_domains()
-    try:
-        from data_recipes.common import EVAL_ONLY_DOMAINS  # type: ignore[import-not-found]
-    except ImportError:
-        EVAL_ONLY_DOMAINS = ()
     if name in EVAL_ONLY_DOMAINS:
         raise ValueError(f"domain={name!r} is an eval-only set (no train split); train one of {list(domains)}")
     if name not in domains:
@@ -139,28 +264,6 @@ def latest_checkpoint(ckpt_root: Path, run_id: str) -> tuple[Path, int] | None:
     return best
 
 
-class _RunState:
-    """``<run>/state.json``: which stages finished, with what results (the resume ledger)."""
-
-    def __init__(self, run_dir: Path, key: str, fresh: bool):
-        self.path = run_dir / "state.json"
-        self.data: dict[str, Any] = {"key": key, "stages": {}}
-        if not fresh and self.path.is_file():
-            self.data = json.loads(self.path.read_text())
-
-    def done(self, stage: str) -> dict[str, Any] | None:
-        return self.data["stages"].get(stage)
-
-    def mark(self, stage: str, info: Mapping[str, Any]) -> None:
-        self.data["stages"][stage] = dict(info)
-        write_json(self.path, self.data)
-
-    def clear(self, *stages: str) -> None:
-        for s in stages:
-            self.data["stages"].pop(s, None)
-        write_json(self.path, self.data)
-
-
 def resolve_data(cfg: Mapping[str, Any], domain: str, loaded: tuple[Any, Any] | None = None) -> tuple[Path, str]:
     """The domain's conversation JSONL and the hash of its data manifest (or of the file itself).
 
@@ -183,24 +286,7 @@ def resolve_data(cfg: Mapping[str, Any], domain: str, loaded: tuple[Any, Any] | 
     domain_dir = Path(str(cfg.get("data_dir", "data"))).expanduser() / source / domain
     path = domain_dir / "train.jsonl"
     if data.get("regenerated"):  # answers regenerated by the target (data_recipes.regenerate)
-        target = cfg.get("target")
-        tname = target.get("name") if isinstance(target, Mapping) else str(target)
-        regen = dict((cfg.get("train") or {}).get("regenerate") or {})
-        out = domain_dir / "regen" / f"train.{tname}.jsonl"
-        if loaded is not None and regen.get("max_examples"):
-            from data_recipes.regenerate import regenerate, transformers_generator
-
-            if not path.is_file():
-                _build_domain(path, domain, source, cfg)
-            gen = transformers_generator(tname, int(regen.get("max_new_tokens", 128)), float(regen.get("temperature", 0.0)),
-                                         int(regen.get("seed", 0)), loaded=loaded)
-            out = regenerate(domain_dir, target_name=tname, generator=gen, max_examples=int(regen["max_examples"]),
-                             max_new_tokens=int(regen.get("max_new_tokens", 128)),
-                             temperature=float(regen.get("temperature", 0.0)), seed=int(regen.get("seed", 0)),
-                             batch_size=int(regen.get("batch_size", 1)), progress=bool(cfg.get("progress", True)))
-        if not out.is_file():
-            raise FileNotFoundError(f"{out} does not exist: run `python scripts/prepare_data.py domain={domain} "
-                                    f"source={source} regenerate=true target={tname}` first")
+        out = _regenerated(cfg, domain, source, domain_dir, loaded)
         return out, file_hash(out)
     if not path.is_file():
         path = _build_domain(path, domain, source, cfg)
@@ -208,14 +294,37 @@ def resolve_data(cfg: Mapping[str, Any], domain: str, loaded: tuple[Any, Any] | 
     return path, file_hash(manifest) if manifest.is_file() else file_hash(path)
 
 
+def _regenerated(cfg: Mapping[str, Any], domain: str, source: str, domain_dir: Path,
+                 loaded: tuple[Any, Any] | None) -> Path:
+    """``<domain dir>/regen/train.<target>.jsonl``, first completed with the loaded target when it can be."""
+    target = cfg.get("target")
+    tname = target.get("name") if isinstance(target, Mapping) else str(target)
+    regen = dict((cfg.get("train") or {}).get("regenerate") or {})
+    out = domain_dir / "regen" / f"train.{tname}.jsonl"
+    if loaded is not None and regen.get("max_examples"):
+        path = domain_dir / "train.jsonl"
+        if not path.is_file():
+            _build_domain(path, domain, source, cfg)
+        max_new = int(regen.get("max_new_tokens", 128))
+        temperature = float(regen.get("temperature", 0.0))
+        seed = int(regen.get("seed", 0))
+        gen = recipe_regen.transformers_generator(tname, max_new, temperature, seed, loaded=loaded)
+        out = recipe_regen.regenerate(domain_dir, target_name=tname, generator=gen,
+                                      max_examples=int(regen["max_examples"]), max_new_tokens=max_new,
+                                      temperature=temperature, seed=seed, batch_size=int(regen.get("batch_size", 1)),
+                                      progress=bool(cfg.get("progress", True)))
+    if not out.is_file():
+        raise FileNotFoundError(f"{out} does not exist: run `python scripts/prepare_data.py domain={domain} "
+                                f"source={source} regenerate=true target={tname}` first")
+    return out
+
+
 def _build_domain(path: Path, domain: str, source: str, cfg: Mapping[str, Any]) -> Path:
     """Build a missing offline domain on the fly (seconds); a missing ``hf`` build is an error."""
     if source != "offline":
         raise FileNotFoundError(f"{path} does not exist: run `python scripts/prepare_data.py domain={domain} "
                                 f"source={source}` first")
-    from data_recipes.build import prepare_domain
-
-    out = prepare_domain(domain, source=source, data_dir=str(cfg.get("data_dir", "data")))
+    out = recipe_build.prepare_domain(domain, source=source, data_dir=str(cfg.get("data_dir", "data")))
     return Path(out) / "train.jsonl"
 
 
@@ -226,13 +335,9 @@ def target_config(cfg: Mapping[str, Any]) -> Any:
     if not overrides:
         return target
     if isinstance(target, str):
-        from hedgespec.models import resolve_target
-
         spec = resolve_target(target)
         target = {k: getattr(spec, k) for k in spec.__dataclass_fields__}
         if not isinstance(target.get("arch"), dict):
-            from dataclasses import asdict
-
             target["arch"] = asdict(target["arch"])
     merged = dict(target)
     for k, v in overrides.items():
@@ -240,268 +345,226 @@ def target_config(cfg: Mapping[str, Any]) -> Any:
     return merged
 
 
-def _load_target(target_cfg: Any) -> tuple[Any, Any, Any]:
-    from hedgespec.models import load_target, resolve_target
+def draft_init(train: Mapping[str, Any]) -> str:
+    """``train.draft.init``: ``scratch`` (default), ``target_head`` or the name of a drafter of the same pool."""
+    init = str((train.get("draft") or {}).get("init") or SCRATCH)
+    if not _NAME.fullmatch(init):
+        raise ValueError(f"train.draft.init={init!r}: expected scratch, target_head or a drafter name")
+    return init
 
-    spec = resolve_target(target_cfg)
-    model, tokenizer = load_target(spec)
-    return spec, model, tokenizer
 
-
-def check_inputs(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Stage 1: every check that needs no work; returns the resolved names and paths."""
-    from hedgespec.models import resolve_target
-
-    from hedgespec.training._specforge import require_specforge
-    from hedgespec.training.cpu import check_cpu_config
-
-    domain = domain_name(cfg["domain"])
-    tspec = resolve_target(target_config(cfg))
-    train = cfg["train"]
-    pool = str(cfg.get("pool") or train.get("pool") or "default")
-    drafter = str(cfg.get("drafter") or domain)
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", drafter) or not re.fullmatch(r"[A-Za-z0-9_.-]+", pool):
-        raise ValueError(f"pool={pool!r} / drafter={drafter!r}: use letters, digits, '_', '-', '.' only")
-    data_path = (cfg.get("data") or {}).get("path")
-    if data_path and not Path(data_path).expanduser().is_file():
-        raise FileNotFoundError(f"data.path={str(data_path)!r} does not exist")
-    require_specforge()
-    paths = cfg.get("paths") or {}
-    run_dir = Path(paths.get("outputs", "outputs/train")).expanduser() / pool / drafter
-    export_dir = Path(paths.get("pools", "pools")).expanduser() / pool / drafter
-    block = train.get("specforge") or {}
-    tracking = tracking_block(cfg.get("logger"), run_dir, f"{pool}-{drafter}")
-    validate_early(block, tracking)
-    device = str(train.get("device", "cpu"))
-    if device == "cpu":
-        check_cpu_config(block)
-    from hedgespec.training.export import EXPORT_MARKER
-
-    _own_or_absent(run_dir, RUN_MARKER, "run directory")
-    _own_or_absent(export_dir, EXPORT_MARKER, "export directory")
-    pools_dir = Path(paths.get("pools", "pools")).expanduser()
+def _init_source(train: Mapping[str, Any], pools_dir: Path, pool: str, drafter: str) -> Path | None:
+    """The exported drafter ``train.draft.init=<drafter>`` starts from (None for scratch / target_head)."""
     init = draft_init(train)
-    init_source = None
-    if init not in ("scratch", "target_head"):
-        if init == drafter:
-            raise ValueError(f"train.draft.init={init!r} names the drafter being trained")
-        init_source = pools_dir / pool / init
-        if not (init_source / "model.safetensors").is_file():
-            raise FileNotFoundError(f"train.draft.init={init!r}: drafter {init!r} of pool {pool!r} is not exported "
-                                    f"at {init_source}; train it first (python train/run.py domain={init} "
-                                    f"pool={pool} ...) or use train.draft.init=target_head")
-    return {"domain": domain, "target": tspec, "pool": pool, "drafter": drafter, "run_dir": run_dir,
-            "export_dir": export_dir, "device": device, "tracking": tracking, "pools_dir": pools_dir,
-            "init_source": init_source}
+    if init in (SCRATCH, TARGET_HEAD):
+        return None
+    if init == drafter:
+        raise ValueError(f"train.draft.init={init!r} names the drafter being trained")
+    source = pools_dir / pool / init
+    if not (source / "model.safetensors").is_file():
+        raise FileNotFoundError(f"train.draft.init={init!r}: drafter {init!r} of pool {pool!r} is not exported "
+                                f"at {source}; train it first (python train/run.py domain={init} "
+                                f"pool={pool} ...) or use train.draft.init=target_head")
+    return source
 
 
 def _cache_root(cfg: Mapping[str, Any]) -> Path:
     paths = cfg.get("paths") or {}
     if paths.get("cache"):
         return Path(paths["cache"]).expanduser()
-    from hedgespec.models import cache_dir
-
     return cache_dir() / "training"
 
 
-def train_drafter(cfg: Any) -> TrainResult:
-    """Run every stage for ``cfg`` (a composed ``conf/train.yaml``; DictConfig or dict)."""
-    cfg = _plain(cfg)
+# -- stage 1: setup -----------------------------------------------------------------------------------------
+
+
+def setup(cfg: Any) -> TrainRun:
+    """Every check that needs no work (nothing is loaded or written); returns the run with its names and paths."""
     t_start = time.perf_counter()
-    timings: dict[str, float] = {}
-    chk = check_inputs(cfg)
+    cfg = _plain(cfg)
+    domain = domain_name(cfg["domain"])
+    tspec = resolve_target(target_config(cfg))
     train = cfg["train"]
-    progress = bool(cfg.get("progress", True))
-    run_dir: Path = chk["run_dir"]
-    if bool(train.get("plan_only", False)):
-        return _plan_only(cfg, chk)
+    pool = str(cfg.get("pool") or train.get("pool") or "default")
+    drafter = str(cfg.get("drafter") or domain)
+    if not _NAME.fullmatch(drafter) or not _NAME.fullmatch(pool):
+        raise ValueError(f"pool={pool!r} / drafter={drafter!r}: use letters, digits, '_', '-', '.' only")
+    data_path = (cfg.get("data") or {}).get("path")
+    if data_path and not Path(data_path).expanduser().is_file():
+        raise FileNotFoundError(f"data.path={str(data_path)!r} does not exist")
+    require_specforge()
+    paths = cfg.get("paths") or {}
+    pools_dir = Path(paths.get("pools", "pools")).expanduser()
+    run_dir = Path(paths.get("outputs", "outputs/train")).expanduser() / pool / drafter
+    export_dir = pools_dir / pool / drafter
+    block = train.get("specforge") or {}
+    tracking = tracking_block(cfg.get("logger"), run_dir, f"{pool}-{drafter}")
+    validate_early(block, tracking)
+    device = str(train.get("device", "cpu"))
+    if device == "cpu":
+        check_cpu_config(block)
+    _own_or_absent(run_dir, RUN_MARKER, "run directory")
+    _own_or_absent(export_dir, EXPORT_MARKER, "export directory")
+    init_source = _init_source(train, pools_dir, pool, drafter)
+    return TrainRun(cfg, domain, tspec, pool, drafter, run_dir, export_dir, pools_dir, device, tracking,
+                    init_source, t_start)
 
-    # -- target + data -------------------------------------------------------------------------------------
-    t0 = time.perf_counter()
-    tspec, model, tokenizer = _load_target(target_config(cfg))
-    from hedgespec.pools import TargetInfo
 
-    tinfo = TargetInfo.from_model(tspec.name, model, tokenizer)
-    timings["load"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    data_path, data_hash = resolve_data(cfg, chk["domain"], loaded=(model, tokenizer))
-    timings["data"] = time.perf_counter() - t0
+def plan_only(run: TrainRun) -> TrainResult:
+    """Compose and validate the SpecForge config for a (GPU) target without loading or writing anything."""
+    train = run.train
+    aux = train.get("aux_layer_ids") or [1, 2, 3]
+    raw = compose_specforge(
+        train.get("specforge") or {}, target_model_path=str(run.target.hf_id or run.target.name),
+        draft_config_path="<derived from the target at run time>", vocab_mapping_path="<derived>",
+        aux_layer_ids=aux, hidden_states_path="<features cache>", output_dir=str(run.ckpt_root),
+        run_id=run.run_id, tracking=run.tracking,
+    )
+    sf_cfg = validate_specforge(raw)
+    return TrainResult(run.drafter, run.domain, run.pool, run.run_dir, None, None, None, {},
+                       {"plan_only": True}, {}, sf_cfg.model_dump(mode="json"))
 
-    feats_cfg = train.get("features") or {}
-    draft_cfg = train.get("draft") or {}
-    from hedgespec.training.features import default_aux_layer_ids, generate_features
 
-    aux = [int(i) for i in (train.get("aux_layer_ids") or default_aux_layer_ids(tinfo.num_layers))]
-    if len(set(aux)) != 3 or not all(0 <= i < tinfo.num_layers for i in aux):
-        raise ValueError(f"aux_layer_ids={aux}: EAGLE-3 fuses three distinct layers in [0, {tinfo.num_layers}) of "
-                         f"target {tspec.name!r}; set train.aux_layer_ids or use a target with more layers")
-    draft_vocab = min(int(draft_cfg.get("vocab_size") or tinfo.vocab_size), tinfo.vocab_size)
-    run_key = json_hash({"target": tinfo.hash, "data": data_hash, "aux": aux, "draft_vocab": draft_vocab,
-                         "train": {k: v for k, v in train.items() if k not in ("plan_only", "overwrite")},
-                         "init_source": file_hash(chk["init_source"] / "model.safetensors")
-                         if chk["init_source"] is not None else None})[:20]
+# -- stage 2: target + data + run directory -----------------------------------------------------------------
 
-    # -- run directory: ours (same key) -> resume; ours (other key) -> refuse unless overwrite ---------------
-    marker = run_dir / RUN_MARKER
+
+def stage_data(run: TrainRun) -> None:
+    """Load the target, resolve (or build/regenerate) the data, derive the run key and claim the run directory."""
+    with _timed(run, "load"):
+        run.model, run.tokenizer = hedgespec.models.load_target(resolve_target(target_config(run.cfg)))
+        run.target_info = TargetInfo.from_model(run.target.name, run.model, run.tokenizer)
+    with _timed(run, "data"):
+        run.data_path, run.data_hash = resolve_data(run.cfg, run.domain, loaded=(run.model, run.tokenizer))
+    n_layers, vocab_size = run.target_info.num_layers, run.target_info.vocab_size
+    run.aux = [int(i) for i in (run.train.get("aux_layer_ids") or default_aux_layer_ids(n_layers))]
+    if len(set(run.aux)) != 3 or not all(0 <= i < n_layers for i in run.aux):
+        raise ValueError(f"aux_layer_ids={run.aux}: EAGLE-3 fuses three distinct layers in [0, {n_layers}) of "
+                         f"target {run.target.name!r}; set train.aux_layer_ids or use a target with more layers")
+    run.draft_vocab = min(int((run.train.get("draft") or {}).get("vocab_size") or vocab_size), vocab_size)
+    init = run.init_source
+    run.key = json_hash({"target": run.target_info.hash, "data": run.data_hash, "aux": run.aux,
+                         "draft_vocab": run.draft_vocab,
+                         "train": {k: v for k, v in run.train.items() if k not in ("plan_only", "overwrite")},
+                         "init_source": file_hash(init / "model.safetensors") if init is not None else None})[:20]
+    _claim_run_dir(run)
+
+
+def _claim_run_dir(run: TrainRun) -> None:
+    """Ours with the same key -> resume; ours with another key -> refuse unless ``train.overwrite``."""
+    marker = run.run_dir / RUN_MARKER
     fresh = True
     if marker.is_file():
         old = json.loads(marker.read_text()).get("key")
-        if old != run_key:
-            if not bool(train.get("overwrite", False)):
+        if old != run.key:
+            if not bool(run.train.get("overwrite", False)):
                 raise FileExistsError(
-                    f"run directory {run_dir} holds a run with another configuration (key {old} != {run_key}); "
+                    f"run directory {run.run_dir} holds a run with another configuration (key {old} != {run.key}); "
                     "pass train.overwrite=true to discard it, or choose another pool/drafter name"
                 )
-            shutil.rmtree(run_dir)
+            shutil.rmtree(run.run_dir)
         else:
             fresh = False
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(marker, {"key": run_key, "domain": chk["domain"], "pool": chk["pool"], "target": tspec.name})
-    state = _RunState(run_dir, run_key, fresh)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    _write_json({"key": run.key, "domain": run.domain, "pool": run.pool, "target": run.target.name}, marker)
+    run.state = _RunState(run.run_dir, run.key, fresh)
 
-    # -- features + vocab ------------------------------------------------------------------------------------
-    t0 = time.perf_counter()
-    cache = _cache_root(cfg)
-    fs = generate_features(
-        model, tokenizer, data_path, cache / "features", target_hash=tinfo.hash, aux_layer_ids=aux,
-        max_length=int(feats_cfg.get("max_length", 512)), max_samples=feats_cfg.get("max_samples"),
-        dtype=str(feats_cfg.get("dtype", "bfloat16")), progress=progress,
-    )
-    timings["features"] = time.perf_counter() - t0
-    state.mark("features", {"key": fs.key, "path": str(fs.path), "samples": fs.num_samples,
-                            "tokens": fs.num_tokens, "loss_tokens": fs.num_loss_tokens, "reused": fs.reused})
-    from hedgespec.training.vocab import build_vocab_mapping
 
-    t0 = time.perf_counter()
-    vm = build_vocab_mapping(fs.path, tinfo.vocab_size, draft_vocab)
-    timings["vocab"] = time.perf_counter() - t0
-    state.mark("vocab", {"path": str(vm.path), "hash": vm.hash, "coverage": round(vm.coverage, 6)})
+# -- stage 3: features + vocab mapping ----------------------------------------------------------------------
 
-    # -- target head + draft config + SpecForge config --------------------------------------------------------
-    from hedgespec.training.cpu import save_target_head
 
-    head_dir = cache / "target_head" / tinfo.hash.replace("sha256:", "")[:20]
-    feat_dtype = str(feats_cfg.get("dtype", "bfloat16"))
-    if not (head_dir / "model.safetensors.index.json").is_file():
-        import torch
+def stage_features(run: TrainRun) -> None:
+    """Target features (cached by content key) and the draft vocabulary mapping built from them."""
+    feats_cfg = run.train.get("features") or {}
+    with _timed(run, "features"):
+        fs = run.features = generate_features(
+            run.model, run.tokenizer, run.data_path, _cache_root(run.cfg) / "features",
+            target_hash=run.target_info.hash, aux_layer_ids=run.aux,
+            max_length=int(feats_cfg.get("max_length", 512)), max_samples=feats_cfg.get("max_samples"),
+            dtype=str(feats_cfg.get("dtype", "bfloat16")), progress=run.progress,
+        )
+    run.state.mark("features", {"key": fs.key, "path": str(fs.path), "samples": fs.num_samples,
+                                "tokens": fs.num_tokens, "loss_tokens": fs.num_loss_tokens, "reused": fs.reused})
+    with _timed(run, "vocab"):
+        vm = run.vocab = build_vocab_mapping(fs.path, run.target_info.vocab_size, run.draft_vocab)
+    run.state.mark("vocab", {"path": str(vm.path), "hash": vm.hash, "coverage": round(vm.coverage, 6)})
 
-        tmp = head_dir.with_name(head_dir.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_target_head(model, tokenizer, tmp, getattr(torch, feat_dtype))
-        if head_dir.exists():
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, head_dir)
-    dcfg = draft_config_dict(model.config, draft_vocab_size=draft_vocab, aux_layer_ids=aux,
-                             max_position_embeddings=draft_cfg.get("max_position_embeddings"))
-    draft_config_path = write_json(run_dir / "draft_config.json", dcfg)
-    warm = _warm_start(cfg, chk, run_dir, model, draft_config_path, vm.path)
-    del model  # free the target before training (SpecForge only reads the head files)
 
-    ckpt_root = run_dir / "checkpoints"
-    run_id = f"{chk['pool']}-{chk['drafter']}"
-    latest = latest_checkpoint(ckpt_root, run_id)
-    raw = compose_specforge(
-        train.get("specforge") or {}, target_model_path=str(head_dir), draft_config_path=str(draft_config_path),
-        vocab_mapping_path=str(vm.path), aux_layer_ids=aux, hidden_states_path=str(fs.path),
-        output_dir=str(ckpt_root), run_id=run_id, resume_from=str(latest[0]) if latest else None,
-        tracking=chk["tracking"],
-    )
-    raw.setdefault("data", {}).setdefault("cache_dir", str(run_dir / "specforge_cache"))
-    if warm is not None and latest is None:  # weights-only start of the first segment; a resume has its own
-        raw["model"]["draft_checkpoint_path"] = str(warm)
-    sf_cfg = validate_specforge(raw)
-    run_yaml = run_dir / "run.yaml"
-    run_yaml.write_text(yaml.safe_dump(sf_cfg.model_dump(mode="json"), sort_keys=False))
+# -- stage 4: SpecForge training ----------------------------------------------------------------------------
 
-    # -- train -------------------------------------------------------------------------------------------------
-    max_steps = sf_cfg.training.max_steps
-    done = state.done("train")
-    t0 = time.perf_counter()
-    if done and latest and (max_steps is None or latest[1] >= max_steps):
-        final_step, metrics = latest[1], done.get("metrics", {})
-    else:
-        state.clear("train", "export", "register")
-        final_step, metrics = _run_specforge_train(run_yaml, run_dir, chk["device"], max_steps,
-                                                   latest[1] if latest else 0, progress)
-        latest = latest_checkpoint(ckpt_root, run_id)
-        if latest is None:
-            raise RuntimeError(f"SpecForge finished without writing a checkpoint under {ckpt_root}; "
+
+def stage_train(run: TrainRun) -> None:
+    """Write SpecForge's inputs and run config, then train (or skip: the ledger has a finished run)."""
+    _train_inputs(run)
+    run_yaml = _write_run_yaml(run)
+    max_steps = run.specforge.training.max_steps
+    done = run.state.done("train")
+    with _timed(run, "train"):
+        if done and run.latest and (max_steps is None or run.latest[1] >= max_steps):
+            run.final_step, run.metrics = run.latest[1], done.get("metrics", {})
+            return
+        run.state.clear("train", "export", "register")
+        _, run.metrics = _run_specforge_train(run_yaml, run.run_dir, run.device, max_steps,
+                                              run.latest[1] if run.latest else 0, run.progress)
+        run.latest = latest_checkpoint(run.ckpt_root, run.run_id)
+        if run.latest is None:
+            raise RuntimeError(f"SpecForge finished without writing a checkpoint under {run.ckpt_root}; "
                                "set specforge.training.save_interval > 0 in the train budget")
-        final_step = latest[1]
-        state.mark("train", {"final_step": final_step, "checkpoint": str(latest[0]), "metrics": metrics})
-    timings["train"] = time.perf_counter() - t0
-
-    # -- export + register -----------------------------------------------------------------------------------
-    from hedgespec.training.export import export_sglang
-
-    t0 = time.perf_counter()
-    export_dir: Path = chk["export_dir"]
-    done = state.done("export")
-    if not (done and done.get("checkpoint") == str(latest[0]) and (export_dir / "model.safetensors").is_file()):
-        export_sglang(latest[0], draft_config_path, vm.path, export_dir,
-                      {"run_key": run_key, "checkpoint": str(latest[0]), "target_hash": tinfo.hash})
-        state.mark("export", {"checkpoint": str(latest[0]), "path": str(export_dir)})
-    timings["export"] = time.perf_counter() - t0
-
-    from hedgespec.pools import DrafterEntry, pool_path, register_drafter
-
-    manifest = pool_path(chk["pools_dir"], chk["pool"])
-    entry = DrafterEntry(
-        name=chk["drafter"], domain=chk["domain"], path=f"{chk['pool']}/{chk['drafter']}",
-        target_hash=tinfo.hash, vocab_mapping_hash=vm.hash, draft_vocab_size=draft_vocab,
-        aux_layer_ids=tuple(aux), data_manifest_hash=data_hash,
-        training={"budget": train.get("name"), "final_step": final_step, "features": fs.key,
-                  "vocab_coverage": round(vm.coverage, 6), "specforge": sf_cfg.model_dump(mode="json")},
-        metrics=metrics,
-    )
-    register_drafter(manifest, chk["pool"], tinfo, entry, decoding=cfg.get("decoding"))
-    state.mark("register", {"manifest": str(manifest)})
-    timings["total"] = time.perf_counter() - t_start
-    return TrainResult(chk["drafter"], chk["domain"], chk["pool"], run_dir, export_dir, manifest, final_step,
-                       metrics, dict(state.data["stages"]), timings, sf_cfg.model_dump(mode="json"))
+        run.final_step = run.latest[1]
+        run.state.mark("train", {"final_step": run.final_step, "checkpoint": str(run.latest[0]),
+                                 "metrics": run.metrics})
 
 
-def draft_init(train: Mapping[str, Any]) -> str:
-    """``train.draft.init``: ``scratch`` (default), ``target_head`` or the name of a drafter of the same pool."""
-    init = str((train.get("draft") or {}).get("init") or "scratch")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", init):
-        raise ValueError(f"train.draft.init={init!r}: expected scratch, target_head or a drafter name")
-    return init
+def _train_inputs(run: TrainRun) -> None:
+    """The cached target head, ``<run>/draft_config.json`` and the warm start; then the target is released."""
+    feat_dtype = str((run.train.get("features") or {}).get("dtype", "bfloat16"))
+    run.head_dir = _cache_root(run.cfg) / "target_head" / run.target_info.hash.replace("sha256:", "")[:20]
+    if not (run.head_dir / "model.safetensors.index.json").is_file():
+        with atomic_dir(run.head_dir, replace=False) as tmp:  # another run that wrote it first keeps its copy
+            save_target_head(run.model, run.tokenizer, tmp, getattr(torch, feat_dtype))
+    draft_cfg = run.train.get("draft") or {}
+    dcfg = draft_config_dict(run.model.config, draft_vocab_size=run.draft_vocab, aux_layer_ids=run.aux,
+                             max_position_embeddings=draft_cfg.get("max_position_embeddings"))
+    run.draft_config_path = _write_json(dcfg, run.run_dir / "draft_config.json")
+    run.warm_start = _warm_start(run)
+    run.model = None  # free the target before training (SpecForge only reads the head files)
 
 
-def _warm_start(cfg: Mapping[str, Any], chk: Mapping[str, Any], run_dir: Path, model: Any,
-                draft_config_path: Path, mapping_path: Path) -> Path | None:
+def _warm_start(run: TrainRun) -> Path | None:
     """Build ``<run>/warm_start`` for ``train.draft.init`` (see :mod:`hedgespec.training.warmstart`)."""
-    from hedgespec.training import warmstart as ws
-
-    init = draft_init(cfg["train"])
-    if init == ws.SCRATCH:
+    init = draft_init(run.train)
+    if init == SCRATCH:
         return None
-    source = chk["init_source"]
-    head, norm = ws.target_head_and_norm(model)
-    seed = int(((cfg["train"].get("specforge") or {}).get("training") or {}).get("seed", 0))
-    return ws.build_warm_start(run_dir / "warm_start", draft_config_path, mapping_path, init=init,
-                               target_head=head, target_norm=norm, seed=seed, source_export=source)
+    head, norm = target_head_and_norm(run.model)
+    seed = int(((run.train.get("specforge") or {}).get("training") or {}).get("seed", 0))
+    return build_warm_start(run.run_dir / "warm_start", run.draft_config_path, run.vocab.path, init=init,
+                            target_head=head, target_norm=norm, seed=seed, source_export=run.init_source)
+
+
+def _write_run_yaml(run: TrainRun) -> Path:
+    """Compose SpecForge's config (resuming from the newest checkpoint), validate it, write ``<run>/run.yaml``."""
+    run.latest = latest_checkpoint(run.ckpt_root, run.run_id)
+    raw = compose_specforge(
+        run.train.get("specforge") or {}, target_model_path=str(run.head_dir),
+        draft_config_path=str(run.draft_config_path), vocab_mapping_path=str(run.vocab.path), aux_layer_ids=run.aux,
+        hidden_states_path=str(run.features.path), output_dir=str(run.ckpt_root), run_id=run.run_id,
+        resume_from=str(run.latest[0]) if run.latest else None, tracking=run.tracking,
+    )
+    raw.setdefault("data", {}).setdefault("cache_dir", str(run.run_dir / "specforge_cache"))
+    if run.warm_start is not None and run.latest is None:  # weights-only start of the first segment only
+        raw["model"]["draft_checkpoint_path"] = str(run.warm_start)
+    run.specforge = validate_specforge(raw)
+    run_yaml = run.run_dir / "run.yaml"
+    run_yaml.write_text(yaml.safe_dump(run.specforge.model_dump(mode="json"), sort_keys=False))
+    return run_yaml
 
 
 def _run_specforge_train(run_yaml: Path, run_dir: Path, device: str, max_steps: int | None, initial: int,
                          progress: bool) -> tuple[int | None, dict[str, Any]]:
     """``specforge train --config run.yaml`` in this process (CPU adaptations scoped to the call)."""
-    import contextlib
-
-    from hedgespec.training._specforge import specforge_cli_main
-    from hedgespec.training.progress import MetricTee, summarize
-
     dist_env = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
     preset = {k: os.environ[k] for k in dist_env if k in os.environ}
     tee = MetricTee(sys.stdout, run_dir / "metrics.jsonl", max_steps, initial, progress)
-    if device == "cpu":
-        from hedgespec.training.cpu import cpu_runtime
-
-        runtime: Any = cpu_runtime()
-    else:
-        runtime = contextlib.nullcontext()
+    runtime: Any = cpu_runtime() if device == "cpu" else contextlib.nullcontext()
     try:
         with runtime, contextlib.redirect_stdout(tee):
             rc = specforge_cli_main(["train", "--config", str(run_yaml)])
@@ -515,16 +578,33 @@ def _run_specforge_train(run_yaml: Path, run_dir: Path, device: str, max_steps: 
     return tee.last_step, summarize(tee.last)
 
 
-def _plan_only(cfg: Mapping[str, Any], chk: Mapping[str, Any]) -> TrainResult:
-    """Compose and validate the SpecForge config for a (GPU) target without loading or writing anything."""
-    train = cfg["train"]
-    aux = train.get("aux_layer_ids") or [1, 2, 3]
-    raw = compose_specforge(
-        train.get("specforge") or {}, target_model_path=str(chk["target"].hf_id or chk["target"].name),
-        draft_config_path="<derived from the target at run time>", vocab_mapping_path="<derived>",
-        aux_layer_ids=aux, hidden_states_path="<features cache>", output_dir=str(chk["run_dir"] / "checkpoints"),
-        run_id=f"{chk['pool']}-{chk['drafter']}", tracking=chk["tracking"],
+# -- stages 5 and 6: export + register ----------------------------------------------------------------------
+
+
+def stage_export(run: TrainRun) -> None:
+    """``specforge export --to sglang`` of the final checkpoint (skipped when the ledger has exported it)."""
+    checkpoint = run.latest[0]
+    with _timed(run, "export"):
+        done = run.state.done("export")
+        exported = (run.export_dir / "model.safetensors").is_file()
+        if not (done and done.get("checkpoint") == str(checkpoint) and exported):
+            export_sglang(checkpoint, run.draft_config_path, run.vocab.path, run.export_dir,
+                          {"run_key": run.key, "checkpoint": str(checkpoint), "target_hash": run.target_info.hash})
+            run.state.mark("export", {"checkpoint": str(checkpoint), "path": str(run.export_dir)})
+
+
+def stage_register(run: TrainRun) -> None:
+    """Add (or replace) the drafter's entry in ``<pools>/<pool>.yaml``."""
+    cfg = run.cfg
+    run.manifest = pool_path(run.pools_dir, run.pool)
+    vm = run.vocab
+    entry = DrafterEntry(
+        name=run.drafter, domain=run.domain, path=f"{run.pool}/{run.drafter}",
+        target_hash=run.target_info.hash, vocab_mapping_hash=vm.hash, draft_vocab_size=run.draft_vocab,
+        aux_layer_ids=tuple(run.aux), data_manifest_hash=run.data_hash,
+        training={"budget": run.train.get("name"), "final_step": run.final_step, "features": run.features.key,
+                  "vocab_coverage": round(vm.coverage, 6), "specforge": run.specforge.model_dump(mode="json")},
+        metrics=run.metrics,
     )
-    sf_cfg = validate_specforge(raw)
-    return TrainResult(chk["drafter"], chk["domain"], chk["pool"], chk["run_dir"], None, None, None, {},
-                       {"plan_only": True}, {}, sf_cfg.model_dump(mode="json"))
+    register_drafter(run.manifest, run.pool, run.target_info, entry, decoding=cfg.get("decoding"))
+    run.state.mark("register", {"manifest": str(run.manifest)})

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from hedgespec.io import write_bytes_atomic
 from hedgespec.training._specforge import require_specforge
 from hedgespec.training.hashing import tensors_hash
 
@@ -51,11 +50,9 @@ def build_vocab_mapping(features_dir: Path, target_vocab_size: int, draft_vocab_
     else:
         with contextlib.redirect_stdout(io.StringIO()):  # SpecForge prints coverage chatter
             d2t, t2d = process_token_dict_to_mappings(counts, draft_vocab_size, target_vocab_size)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
-        os.close(fd)
-        torch.save({"d2t": d2t, "t2d": t2d}, tmp)
-        os.replace(tmp, out)
+        buf = io.BytesIO()
+        torch.save({"d2t": d2t, "t2d": t2d}, buf)
+        write_bytes_atomic(buf.getvalue(), out)
     total = sum(counts.values())
     kept = sum(c for tok, c in counts.items() if tok < target_vocab_size and bool(t2d[tok]))
     return VocabMapping(out, tensors_hash({"d2t": d2t, "t2d": t2d}), draft_vocab_size,

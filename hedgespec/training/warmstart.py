@@ -19,12 +19,14 @@ a resumed run continues from its own checkpoint (SpecForge forbids both at once)
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
+
+from hedgespec.io import atomic_dir
+from hedgespec.training._specforge import require_specforge
 
 SCRATCH = "scratch"
 TARGET_HEAD = "target_head"
@@ -50,8 +52,6 @@ def target_head_and_norm(model: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _exported_state(export_dir: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
     path = Path(export_dir) / "model.safetensors"
     if not path.is_file():
         raise FileNotFoundError(f"train.draft.init: no exported drafter at {export_dir} (train it first, "
@@ -63,8 +63,6 @@ def build_warm_start(out_dir: Path, draft_config_path: Path, mapping_path: Path,
                      target_head: torch.Tensor, target_norm: torch.Tensor, seed: int = 0,
                      source_export: Path | None = None) -> Path:
     """Write the warm-start directory for ``init`` (not ``scratch``) and return it."""
-    from hedgespec.training._specforge import require_specforge
-
     require_specforge()
     from specforge.modeling.auto import AutoDraftModel, AutoDraftModelConfig
 
@@ -96,9 +94,6 @@ def build_warm_start(out_dir: Path, draft_config_path: Path, mapping_path: Path,
         raise ValueError(f"train.draft.init={init!r}: tensors {bad} do not fit this draft architecture "
                          f"(draft config {draft_config_path}); the source drafter must share width and layers")
     model.load_state_dict(state, strict=False)
-    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.replace(tmp, out_dir)
+    with atomic_dir(out_dir) as tmp:  # an existing directory without config.json is incomplete: replaced
+        model.save_pretrained(str(tmp))
     return out_dir
