@@ -48,15 +48,15 @@ def tiny_stack() -> tuple[Any, Any, list[Any]]:
     """(model, tokenizer, drafters) named like conf/pool/tiny.yaml: general, code, sql, clinical."""
     import torch
 
-    from hedgespec.engine import Eagle3Drafter
     from hedgespec.engine.fit import fit_drafter
+    from hedgespec.fixtures import random_drafter
     from hedgespec.models import load_target
 
     torch.set_num_threads(1)
     model, tok = load_target("tiny")
     drafters = []
     for seed, name in enumerate(["general", "code", "sql", "clinical"]):
-        d = Eagle3Drafter.random_for(model, seed=seed, name=name)
+        d = random_drafter(model, seed=seed, name=name)
         if name in FIT_PROMPTS:
             ids = torch.tensor(tok(FIT_PROMPTS[name])["input_ids"])[None]
             seq = model.generate(ids, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)[0]

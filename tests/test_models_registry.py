@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from transformers import AutoTokenizer
 
+from hedgespec.fixtures import CHAT_TEMPLATE
 from hedgespec.models import (
     BUILTIN_TARGETS,
     TargetSpec,
@@ -18,6 +20,7 @@ from hedgespec.models import (
     target_fingerprint,
     tokenizer_fingerprint,
 )
+from hedgespec.serving.tiny import make_target
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -88,12 +91,23 @@ def test_tiny_tokenizer_round_trip_and_chat_template() -> None:
     assert tok.eos_token == "<|im_end|>"
 
 
+def test_tiny_tokenizers_share_the_chatml_template(tmp_path: Path) -> None:
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    on_disk = AutoTokenizer.from_pretrained(make_target(tmp_path / "t"))  # the serving checkpoints' byte vocabulary
+    for tok in (load_tokenizer("tiny"), on_disk):
+        assert tok.chat_template == CHAT_TEMPLATE
+        assert tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False) == want
+
+
 def test_tiny_greedy_generate_matches_manual_argmax_loop() -> None:
     torch.set_num_threads(1)
     model, tok = load_target("tiny", seed=3)
-    ids = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+                             eos_token_id=None, pad_token_id=tok.pad_token_id)
         seq = ids
         for _ in range(8):  # independent truth: full forward each step, no KV cache
             nxt = model(seq).logits[0, -1].argmax().view(1, 1)

@@ -53,7 +53,8 @@ def test_smollm2_loads_offline_and_answers_paris(monkeypatch) -> None:
     assert not [p for p in out_dir.parent.iterdir() if p.name.startswith(".")], "temporary conversion dirs left behind"
     assert model.config.vocab_size == 49152 and model.config.num_hidden_layers == 30
     assert tok.chat_template and "<|im_start|>" in tok.chat_template
-    enc = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    enc = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=24, do_sample=False)
     text = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)

@@ -7,7 +7,8 @@ Checkpoint layout (what ``specforge export --to sglang`` writes, checked against
                            num_attention_heads, num_key_value_heads, [head_dim], rms_norm_eps, rope_*,
                            vocab_size (= target vocab), draft_vocab_size, [target_hidden_size],
                            [eagle_config.eagle_aux_hidden_state_layer_ids]
-    DIR/model.safetensors  fc.weight [H, 3·H_t]; midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight;
+    DIR/model.safetensors  fc.weight [H, 3·H_t];
+                           midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight;
                            midlayer.self_attn.{q,k,v}_proj.weight [., 2H]; midlayer.self_attn.o_proj.weight;
                            midlayer.mlp.{gate,up,down}_proj.weight; norm.weight; lm_head.weight [V_d, H];
                            d2t [V_d] int64 (target_id = draft_id + d2t[draft_id]); t2d [V] bool
@@ -27,17 +28,19 @@ drafter is the N = 1 case, so the pool's batched evaluation and a drafter's own 
 from __future__ import annotations
 
 import json
-import math
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig
 
-ARCHITECTURE = "LlamaForCausalLMEagle3"
+from hedgespec.io import atomic_dir
+
+EAGLE3_ARCH = "LlamaForCausalLMEagle3"
 
 # safetensors key -> short name used in the stacked parameter dict
 WEIGHT_KEYS: dict[str, str] = {
@@ -90,9 +93,9 @@ class Eagle3Config:
         missing = [k for k in ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size") if k not in cfg]
         if missing:
             raise ValueError(f"{where}: missing EAGLE-3 config fields {missing}")
-        arch = cfg.get("architectures") or [ARCHITECTURE]
-        if ARCHITECTURE not in arch:
-            raise ValueError(f"{where}: architectures must contain {ARCHITECTURE!r}, got {arch!r}")
+        arch = cfg.get("architectures") or [EAGLE3_ARCH]
+        if EAGLE3_ARCH not in arch:
+            raise ValueError(f"{where}: architectures must contain {EAGLE3_ARCH!r}, got {arch!r}")
         if int(cfg.get("num_hidden_layers", 1)) != 1:
             raise ValueError(f"{where}: num_hidden_layers must be 1 for EAGLE-3 heads, got {cfg['num_hidden_layers']}")
         h = int(cfg["hidden_size"])
@@ -114,8 +117,6 @@ class Eagle3Config:
 
     def rope_config(self) -> Any:
         """A transformers ``LlamaConfig`` carrying this head's rotary settings (legacy or ``rope_parameters``)."""
-        from transformers import LlamaConfig
-
         keys = ("rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings", "partial_rotary_factor")
         kw = {k: self.raw[k] for k in keys if self.raw.get(k) is not None}
         return LlamaConfig(
@@ -130,11 +131,12 @@ class Eagle3Config:
 class Eagle3Drafter:
     """One EAGLE-3 draft head of a given target (weights on CPU/any device, inference only).
 
-    Build with :meth:`load` (SGLang-format directory), :meth:`random_for` (random weights shaped for a
-    target) or :meth:`from_state`; :meth:`save` writes the same format back.
+    Build with :meth:`load` (SGLang-format directory) or :meth:`from_state`; :meth:`save` writes the same format
+    back. Random heads shaped for a target: :func:`hedgespec.fixtures.random_drafter`.
     """
 
-    def __init__(self, config: Eagle3Config, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: torch.Tensor, name: str = "drafter") -> None:
+    def __init__(self, config: Eagle3Config, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: torch.Tensor,
+                 name: str = "drafter") -> None:
         self.config = config
         self.weights = weights  # short names (see WEIGHT_KEYS)
         self.d2t = d2t.long()
@@ -155,14 +157,13 @@ class Eagle3Drafter:
     @classmethod
     def load(cls, path: str | os.PathLike[str], target: Any | None = None, name: str | None = None) -> Eagle3Drafter:
         """Load an SGLang-format EAGLE-3 directory with ``safetensors``; validate against ``target`` if given."""
-        from safetensors.torch import load_file
-
         path = os.fspath(path)
         name = name or os.path.basename(os.path.normpath(path))
         cfg_path, st_path = os.path.join(path, "config.json"), os.path.join(path, "model.safetensors")
         for p in (cfg_path, st_path):
             if not os.path.isfile(p):
-                raise ValueError(f"drafter {name!r}: {p} not found (expected the directory `specforge export --to sglang` writes)")
+                raise ValueError(f"drafter {name!r}: {p} not found "
+                                 "(expected the directory `specforge export --to sglang` writes)")
         with open(cfg_path) as fh:
             config = json.load(fh)
         state = load_file(st_path)
@@ -173,95 +174,13 @@ class Eagle3Drafter:
         return drafter
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``config.json`` + ``model.safetensors`` (SGLang format) atomically (temp dir, then rename)."""
-        from safetensors.torch import save_file
-
-        path = os.fspath(path)
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".eagle3-", dir=parent)
+        """Write ``config.json`` + ``model.safetensors`` (SGLang format) atomically, replacing ``path``."""
         state = {key: self.weights[short].contiguous() for key, short in WEIGHT_KEYS.items()}
         state["d2t"], state["t2d"] = self.d2t.contiguous(), self.t2d.contiguous()
-        save_file(state, os.path.join(tmp, "model.safetensors"))
-        with open(os.path.join(tmp, "config.json"), "w") as fh:
-            json.dump(self.config.raw, fh, indent=2, sort_keys=True)
-        if os.path.isdir(path):
-            import shutil
-
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-
-    @classmethod
-    def random_for(
-        cls,
-        target: Any,
-        seed: int = 0,
-        draft_vocab_size: int | None = None,
-        aux_layer_ids: Sequence[int] | None = None,
-        intermediate_size: int | None = None,
-        name: str | None = None,
-        std: float = 0.02,
-    ) -> Eagle3Drafter:
-        """Random head shaped for ``target`` (a transformers causal LM or :class:`TargetModel`).
-
-        ``draft_vocab_size`` defaults to the full target vocab (identity mapping); a smaller value maps the
-        draft vocab onto a seeded random subset of target ids.
-        """
-        tcfg = _target_config(target)
-        h, v, layers = tcfg.hidden_size, tcfg.vocab_size, tcfg.num_hidden_layers
-        nh = tcfg.num_attention_heads
-        nkv = getattr(tcfg, "num_key_value_heads", None) or nh
-        hd = getattr(tcfg, "head_dim", None) or h // nh
-        inter = intermediate_size or tcfg.intermediate_size
-        vd = draft_vocab_size or v
-        ids = tuple(aux_layer_ids) if aux_layer_ids is not None else default_aux_layer_ids(layers)
-        g = torch.Generator().manual_seed(seed)
-
-        def rnd(*shape: int) -> torch.Tensor:
-            return torch.randn(*shape, generator=g) * std
-
-        weights = {
-            "fc": rnd(h, len(ids) * h),
-            "ln_emb": torch.ones(h),
-            "ln_hid": torch.ones(h),
-            "q": rnd(nh * hd, 2 * h),
-            "k": rnd(nkv * hd, 2 * h),
-            "v": rnd(nkv * hd, 2 * h),
-            "o": rnd(h, nh * hd),
-            "ln_post": torch.ones(h),
-            "gate": rnd(inter, h),
-            "up": rnd(inter, h),
-            "down": rnd(h, inter),
-            "norm": torch.ones(h),
-            "lm_head": rnd(vd, h) * (1.0 / std) * (1.0 / math.sqrt(h)),
-        }
-        if vd == v:
-            target_ids = torch.arange(v)
-        else:
-            target_ids = torch.sort(torch.randperm(v, generator=g)[:vd]).values
-        d2t = target_ids - torch.arange(vd)
-        t2d = torch.zeros(v, dtype=torch.bool)
-        t2d[target_ids] = True
-        rope = {k: getattr(tcfg, k) for k in ("rope_parameters", "rope_theta", "rope_scaling") if getattr(tcfg, k, None) is not None}
-        raw = {
-            "architectures": [ARCHITECTURE],
-            "model_type": "llama",
-            "hidden_size": h,
-            "intermediate_size": inter,
-            "num_attention_heads": nh,
-            "num_key_value_heads": nkv,
-            "head_dim": hd,
-            "num_hidden_layers": 1,
-            "rms_norm_eps": float(getattr(tcfg, "rms_norm_eps", 1e-6)),
-            "max_position_embeddings": int(getattr(tcfg, "max_position_embeddings", 2048)),
-            "vocab_size": v,
-            "draft_vocab_size": vd,
-            "tie_word_embeddings": False,
-            "hidden_act": "silu",
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids)},
-            **_jsonable(rope),
-        }
-        return cls(Eagle3Config.from_dict(raw), weights, d2t, t2d, name=name or f"random{seed}")
+        with atomic_dir(path) as tmp:
+            save_file(state, os.path.join(tmp, "model.safetensors"))
+            with open(os.path.join(tmp, "config.json"), "w") as fh:
+                json.dump(self.config.raw, fh, indent=2, sort_keys=True)
 
     # ----------------------------------------------------------------------------------- checks
     def _check_shapes(self) -> None:
@@ -279,13 +198,17 @@ class Eagle3Drafter:
         }
         for key, shape in expected.items():
             if tuple(w[key].shape) != shape:
-                raise ValueError(f"drafter {self.name!r}: tensor {key} has shape {tuple(w[key].shape)}, config implies {shape}")
+                raise ValueError(f"drafter {self.name!r}: tensor {key} has shape {tuple(w[key].shape)}, "
+                                 f"config implies {shape}")
         if w["fc"].shape[0] != h or w["fc"].shape[1] % c.target_hidden_size:
-            raise ValueError(f"drafter {self.name!r}: fc.weight shape {tuple(w['fc'].shape)} is not [hidden_size, n·target_hidden_size]")
+            raise ValueError(f"drafter {self.name!r}: fc.weight shape {tuple(w['fc'].shape)} "
+                             "is not [hidden_size, n·target_hidden_size]")
         if self.d2t.shape != (c.draft_vocab_size,):
-            raise ValueError(f"drafter {self.name!r}: d2t has shape {tuple(self.d2t.shape)}, expected ({c.draft_vocab_size},)")
+            raise ValueError(f"drafter {self.name!r}: d2t has shape {tuple(self.d2t.shape)}, "
+                             f"expected ({c.draft_vocab_size},)")
         if self.t2d.shape != (c.vocab_size,):
-            raise ValueError(f"drafter {self.name!r}: t2d has shape {tuple(self.t2d.shape)}, expected ({c.vocab_size},)")
+            raise ValueError(f"drafter {self.name!r}: t2d has shape {tuple(self.t2d.shape)}, "
+                             f"expected ({c.vocab_size},)")
 
     @property
     def target_ids(self) -> torch.Tensor:
@@ -299,11 +222,12 @@ class Eagle3Drafter:
 
     def validate(self, target: Any) -> None:
         """Raise ``ValueError`` naming this drafter and the field that does not fit ``target``."""
-        tcfg = _target_config(target)
+        tcfg = target_text_config(target)
         c, who = self.config, f"drafter {self.name!r}"
         th, tv, tl = tcfg.hidden_size, tcfg.vocab_size, tcfg.num_hidden_layers
         if c.hidden_size != th:
-            raise ValueError(f"{who}: hidden_size {c.hidden_size} != target hidden_size {th} (the head shares the target's embeddings)")
+            raise ValueError(f"{who}: hidden_size {c.hidden_size} != target hidden_size {th} "
+                             "(the head shares the target's embeddings)")
         if c.target_hidden_size != th:
             raise ValueError(f"{who}: target_hidden_size {c.target_hidden_size} != target hidden_size {th}")
         if c.vocab_size != tv:
@@ -311,7 +235,8 @@ class Eagle3Drafter:
         ids = self.aux_layer_ids(tl)
         bad = [i for i in ids if not 0 <= i < tl]
         if bad:
-            raise ValueError(f"{who}: eagle_aux_hidden_state_layer_ids {list(ids)} out of range for a {tl}-layer target (valid: 0..{tl - 1})")
+            raise ValueError(f"{who}: eagle_aux_hidden_state_layer_ids {list(ids)} out of range for a {tl}-layer "
+                             f"target (valid: 0..{tl - 1})")
         if self.weights["fc"].shape[1] != len(ids) * th:
             raise ValueError(
                 f"{who}: eagle_aux_hidden_state_layer_ids has {len(ids)} layers but fc.weight expects "
@@ -323,19 +248,18 @@ class Eagle3Drafter:
         if len(set(tid.tolist())) != len(tid):
             raise ValueError(f"{who}: d2t vocab mapping is not injective (two draft ids map to one target id)")
         if int(self.t2d.sum()) != c.draft_vocab_size or not bool(self.t2d[tid].all()):
-            raise ValueError(f"{who}: t2d vocab mapping is inconsistent with d2t (t2d must mark exactly the mapped target ids)")
+            raise ValueError(f"{who}: t2d vocab mapping is inconsistent with d2t "
+                             "(t2d must mark exactly the mapped target ids)")
 
 
 # ------------------------------------------------------------------------------------ functional core
-def _target_config(target: Any) -> Any:
+def target_text_config(target: Any) -> Any:
+    """The (text) model config of a transformers causal LM or :class:`~hedgespec.engine.target.TargetModel`."""
     cfg = getattr(target, "config", None)
     if cfg is None:
-        raise ValueError(f"target must be a transformers causal LM or TargetModel with .config, got {type(target).__name__}")
+        raise ValueError("target must be a transformers causal LM or TargetModel with .config, "
+                         f"got {type(target).__name__}")
     return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-
-
-def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(d, default=lambda o: getattr(o, "__dict__", str(o))))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -405,7 +329,8 @@ def stacked_forward(
     return logits, out, k, v
 
 
-def stack_weights(drafters: Sequence[Eagle3Drafter], dtype: torch.dtype = torch.float32, device: Any = None) -> dict[str, torch.Tensor]:
+def stack_weights(drafters: Sequence[Eagle3Drafter], dtype: torch.dtype = torch.float32,
+                  device: Any = None) -> dict[str, torch.Tensor]:
     """Stack heads into [N, ...] tensors (matrices transposed to [N, in, out]).
 
     Heads may differ in intermediate size and draft-vocab size: the MLP is zero-padded (an exact no-op:
