@@ -5,7 +5,7 @@ server and the benchmarks (:func:`load_pool`).  Layout (``version: 1``)::
 
     pool: embedded
     target: {name, hash, tokenizer_hash, hidden_size, vocab_size, num_layers}
-    decoding: {k: 4, topk: 1, tree: chain}          # K / top-k / tree settings the pool is evaluated with
+    decoding: {mode: chain, num_steps: 4, topk: 1, num_draft_tokens: 5}   # hedgespec.decoding.DecodingConfig
     drafters:
       - name: sql                                   # unique in the pool
         domain: sql                                 # general = the generalist baseline
@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from hedgespec.decoding import DecodingConfig
 from hedgespec.io import write_text_atomic
 
 MANIFEST_VERSION = 1
@@ -160,7 +161,7 @@ def _parse(raw: Any, path: Path) -> PoolManifest:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"{where}duplicate drafter name(s) {dup}")
-    return PoolManifest(str(raw["pool"]), target, dict(raw.get("decoding") or {}), drafters, path.parent)
+    return PoolManifest(str(raw["pool"]), target, manifest_decoding(raw.get("decoding"), where), drafters, path.parent)
 
 
 def _check(field_name: str, drafter: str, got: Any, want: Any, target: str, path: Path) -> None:
@@ -235,6 +236,24 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def manifest_decoding(raw: Mapping[str, Any] | None, where: str = "") -> dict[str, Any]:
+    """A manifest's ``decoding`` block as :class:`DecodingConfig` fields (``{}`` when absent).
+
+    Manifests written before the typed decoding config spelled it ``{k, topk, tree}``; they are read as
+    ``{num_steps, topk, mode}``.
+    """
+    if not raw:
+        return {}
+    raw = dict(raw)
+    if "k" in raw or "tree" in raw:
+        raw = {"mode": raw.get("tree", "chain"), "num_steps": raw.get("k"), "topk": raw.get("topk", 1),
+               "num_draft_tokens": raw.get("num_draft_tokens")}
+    try:
+        return DecodingConfig.from_dict(raw).to_dict()
+    except ValueError as exc:
+        raise PoolMismatchError(f"{where}bad 'decoding' block ({exc})") from exc
+
+
 def register_drafter(path: str | Path, pool: str, target: TargetInfo, entry: DrafterEntry,
                      decoding: Mapping[str, Any] | None = None) -> PoolManifest:
     """Add (or replace, by name) ``entry`` in ``path``, creating the manifest if needed.
@@ -258,9 +277,9 @@ def register_drafter(path: str | Path, pool: str, target: TargetInfo, entry: Dra
                     f"{target.name!r} ({target.hash!r}). Use another pool name (pool=...) for this target"
                 )
             drafters = [d for d in current.drafters if d.name != entry.name] + [entry]
-            merged_decoding = dict(current.decoding) or dict(decoding or {})
+            merged_decoding = dict(current.decoding) or manifest_decoding(decoding)
             manifest = replace(current, drafters=tuple(drafters), decoding=merged_decoding)
         else:
-            manifest = PoolManifest(pool, target, dict(decoding or {}), (entry,), path.parent)
+            manifest = PoolManifest(pool, target, manifest_decoding(decoding), (entry,), path.parent)
         save_pool(manifest, path)
     return manifest

@@ -84,9 +84,13 @@ def _plain(cfg):
 
 def test_bad_tree_settings_are_refused(tiny_dir):
     with pytest.raises(ValueError, match="topk=2"):
-        build_plan(_compose("pool=tiny", "device=cpu", "topk=2", f"workdir={tiny_dir}"))
-    with pytest.raises(ValueError, match="draft_tokens=6"):
-        build_plan(_compose("pool=tiny", "device=cpu", "draft_tokens=6", f"workdir={tiny_dir}"))
+        build_plan(_compose("pool=tiny", "device=cpu", "decoding.topk=2", f"workdir={tiny_dir}"))
+    with pytest.raises(ValueError, match="num_draft_tokens=6"):
+        build_plan(_compose("pool=tiny", "device=cpu", "decoding.num_draft_tokens=6", f"workdir={tiny_dir}"))
+    with pytest.raises(ValueError, match="chains only"):
+        build_plan(_compose("pool=tiny", "device=cpu", "decoding=tree", f"workdir={tiny_dir}"))
+    with pytest.raises(ValueError, match="unknown key"):
+        build_plan(_compose("pool=tiny", "device=cpu", "+decoding.steps=3", f"workdir={tiny_dir}"))
     with pytest.raises(ValueError, match="device='tpu'"):
         build_plan(_compose("pool=tiny", "device=tpu", f"workdir={tiny_dir}"))
 

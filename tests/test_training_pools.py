@@ -25,7 +25,8 @@ TARGET = TargetInfo(name="tiny", hash="sha256:aaa", hidden_size=64, vocab_size=5
 OTHER = TargetInfo(name="tiny", hash="sha256:bbb", hidden_size=64, vocab_size=512, num_layers=4)
 
 
-def entry(name: str, domain: str | None = None, target_hash: str = "sha256:aaa", aux=(0, 1, 2), path=None) -> DrafterEntry:
+def entry(name: str, domain: str | None = None, target_hash: str = "sha256:aaa", aux=(0, 1, 2),
+          path=None) -> DrafterEntry:
     return DrafterEntry(
         name=name, domain=domain or name, path=path or f"p/{name}", target_hash=target_hash,
         vocab_mapping_hash="v" * 8, draft_vocab_size=256, aux_layer_ids=tuple(aux), data_manifest_hash="d" * 8,
@@ -49,7 +50,7 @@ def test_register_round_trip_and_replace(tmp_path: Path) -> None:
         write_export(tmp_path, n)
     pool = load_pool(path, TARGET)
     assert pool.names == ["math", "sql"]
-    assert pool.decoding == {"k": 4, "topk": 1, "tree": "chain"}
+    assert pool.decoding == {"mode": "chain", "num_steps": 4, "topk": 1, "num_draft_tokens": 5}
     assert pool.drafter("sql").aux_layer_ids == (0, 1, 2)
     assert pool.drafter_path("sql") == tmp_path / "p" / "sql"
     raw = yaml.safe_load(path.read_text())

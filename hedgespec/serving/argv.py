@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from hedgespec.decoding import DecodingConfig
+
 DEVICES = ("cuda", "cpu")
 SELECTOR_META_KEYS = ("name", "label", "drafter")
 CPU_DEFAULT_MAX_TOTAL_TOKENS = 8192
@@ -188,14 +190,10 @@ def build_plan(cfg: Any, python: str | None = None) -> ServePlan:
                          "(stock SGLang EAGLE-3 with the pool's generalist)")
     sel_kwargs = {k: v for k, v in sel.items() if k not in SELECTOR_META_KEYS}
 
-    steps, topk = int(_get(cfg, "steps", 3)), int(_get(cfg, "topk", 1))
-    draft_tokens = _get(cfg, "draft_tokens") or steps + 1
-    if steps < 1:
-        raise ValueError(f"steps={steps}: need at least one draft step")
-    if not stock and topk != 1:
-        raise ValueError(f"topk={topk}: the HEDGESPEC worker drafts chains only (topk=1)")
-    if topk == 1 and int(draft_tokens) != steps + 1:
-        raise ValueError(f"draft_tokens={draft_tokens}: with topk=1 SGLang needs draft_tokens = steps + 1 = {steps + 1}")
+    dec = DecodingConfig.from_dict(_plain(_get(cfg, "decoding")) or {})
+    if not stock and dec.mode != "chain":
+        raise ValueError(f"decoding.mode={dec.mode}: the HEDGESPEC worker drafts chains only (decoding=chain)")
+    steps, topk, draft_tokens = dec.num_steps, dec.topk, dec.num_draft_tokens
 
     target_name, target_path, drafters = resolve_pool(_get(cfg, "pool"), _get(cfg, "workdir", "outputs/serve"))
     check_drafters(_local_target_config(target_path), drafters)
