@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _engine_helpers import GREEDY, decoding
 
-from hedgespec.engine import Eagle3Drafter, SpeculativeEngine
-from hedgespec.engine.testing import agreeing_drafter, greedy_reference, tiny_llama
+from hedgespec.engine import SpeculativeEngine
+from hedgespec.fixtures import agreeing_drafter, greedy_reference, random_drafter, tiny_llama
 from hedgespec.selectors import SELECTORS, make_selector
 from hedgespec.types import RequestContext
 
@@ -25,8 +26,8 @@ def setups():
     for seed, layers in ((0, 2), (1, 3), (2, 4)):
         model = tiny_llama(seed=seed, layers=layers)
         fitted = agreeing_drafter(model, PROMPTS, seed=seed, steps=400, draft_vocab_size=48 if seed == 1 else None)
-        pool = [Eagle3Drafter.random_for(model, seed=10 + seed, draft_vocab_size=48 if seed == 1 else None), fitted,
-                Eagle3Drafter.random_for(model, seed=20 + seed, intermediate_size=24)]
+        pool = [random_drafter(model, seed=10 + seed, draft_vocab_size=48 if seed == 1 else None), fitted,
+                random_drafter(model, seed=20 + seed, intermediate_size=24)]
         out.append((model, pool))
     return out
 
@@ -49,11 +50,11 @@ SELECTOR_KWARGS = {"router": {"classifier": _KeywordClassifier(), "drafter_of_do
 @pytest.mark.parametrize("name", sorted(SELECTORS))
 def test_greedy_matches_transformers(setups, mode, name):
     for j, (model, pool) in enumerate(setups):
-        engine = SpeculativeEngine(model, pool, make_selector(name, **SELECTOR_KWARGS.get(name, {})), mode=mode, k=4, topk=3,
-                                   num_draft_tokens=10)
+        engine = SpeculativeEngine(model, pool, make_selector(name, **SELECTOR_KWARGS.get(name, {})),
+                                   decoding(mode, 4, 3, 10))
         for prompt in PROMPTS[j % 2 : j % 2 + 1]:
             ref = greedy_reference(model, prompt, 24)
-            out, stats = engine.generate(prompt, 24, ctx=_ctx(name))
+            out, stats = engine.generate(prompt, 24, GREEDY, ctx=_ctx(name))
             assert torch.equal(out, ref), (name, mode)
             assert stats.generated == 23 and sum(a + 1 for a in stats.accepted_per_round) == 23
             assert 1.0 <= stats.mat <= 5.0
@@ -62,9 +63,9 @@ def test_greedy_matches_transformers(setups, mode, name):
 @pytest.mark.parametrize("mode", ["chain", "tree"])
 def test_greedy_all_prompts(setups, mode):
     for model, pool in setups:
-        engine = SpeculativeEngine(model, pool, make_selector("hedgespec"), mode=mode, k=5, topk=2, num_draft_tokens=7)
+        engine = SpeculativeEngine(model, pool, make_selector("hedgespec"), decoding(mode, 5, 2, 7))
         for prompt in PROMPTS:
-            assert torch.equal(engine.generate(prompt, 30)[0], greedy_reference(model, prompt, 30))
+            assert torch.equal(engine.generate(prompt, 30, GREEDY)[0], greedy_reference(model, prompt, 30))
 
 
 def test_distilled_head_speeds_up(setups):
@@ -72,15 +73,15 @@ def test_distilled_head_speeds_up(setups):
     model, pool = setups[0]
     mats = []
     for i in range(3):
-        eng = SpeculativeEngine(model, pool, make_selector("fixed", index=i), mode="chain", k=4)
-        mats.append(eng.generate(PROMPTS[0], 30)[1].mat)
+        eng = SpeculativeEngine(model, pool, make_selector("fixed", index=i), decoding("chain", 4))
+        mats.append(eng.generate(PROMPTS[0], 30, GREEDY)[1].mat)
     assert mats[1] > max(mats[0], mats[2]) and mats[1] > 1.5, mats
 
 
 def test_one_dim_prompt_and_stats(setups):
     model, pool = setups[0]
-    eng = SpeculativeEngine(model, pool, make_selector("hedgespec"), mode="tree", k=3, topk=2, num_draft_tokens=6)
-    out, stats = eng.generate(PROMPTS[0][0].tolist(), 12)
+    eng = SpeculativeEngine(model, pool, make_selector("hedgespec"), decoding("tree", 3, 2, 6))
+    out, stats = eng.generate(PROMPTS[0][0].tolist(), 12, GREEDY)
     assert out.dim() == 1 and torch.equal(out, greedy_reference(model, PROMPTS[0], 12)[0])
     assert set(stats.timings) >= {"draft", "verify", "evaluate", "update"}
     assert sum(stats.histogram(3)) == stats.rounds
@@ -90,7 +91,7 @@ def test_eos_stops(setups):
     model, pool = setups[0]
     ref = greedy_reference(model, PROMPTS[0], 20)[0, 5:].tolist()
     eos = ref[6]
-    eng = SpeculativeEngine(model, pool, make_selector("fixed", index=1), k=4, eos_token_id=eos)
-    out, _ = eng.generate(PROMPTS[0], 20)
+    eng = SpeculativeEngine(model, pool, make_selector("fixed", index=1), decoding("chain", 4), eos_token_id=eos)
+    out, _ = eng.generate(PROMPTS[0], 20, GREEDY)
     new = out[0, 5:].tolist()
     assert new == ref[: ref.index(eos) + 1]

@@ -6,10 +6,11 @@ import json
 
 import pytest
 import torch
+from _engine_helpers import GREEDY, decoding
 
 from hedgespec.engine import Eagle3Drafter, SpeculativeEngine
 from hedgespec.engine.eagle3 import WEIGHT_KEYS, default_aux_layer_ids
-from hedgespec.engine.testing import greedy_reference, tiny_llama
+from hedgespec.fixtures import greedy_reference, random_drafter, tiny_llama
 from hedgespec.selectors import make_selector
 
 torch.set_num_threads(1)
@@ -20,36 +21,36 @@ def model():
     return tiny_llama(seed=6, layers=3, max_positions=64)
 
 
-def _engine(model, heads, **kw):
-    return SpeculativeEngine(model, heads, make_selector("hedgespec"), **kw)
+def _engine(model, heads, dec=None):
+    return SpeculativeEngine(model, heads, make_selector("hedgespec"), dec or decoding("chain"))
 
 
 def test_hidden_size_mismatch(model):
     other = tiny_llama(seed=0, layers=3, hidden=48)
-    bad = Eagle3Drafter.random_for(other, seed=0, name="wide")
+    bad = random_drafter(other, seed=0, name="wide")
     with pytest.raises(ValueError, match="drafter 'wide'.*hidden_size"):
-        _engine(model, [Eagle3Drafter.random_for(model), bad])
+        _engine(model, [random_drafter(model), bad])
 
 
 def test_vocab_mapping_mismatch(model):
-    d = Eagle3Drafter.random_for(model, draft_vocab_size=32, name="badmap")
+    d = random_drafter(model, draft_vocab_size=32, name="badmap")
     d.d2t[5] = 1000
     with pytest.raises(ValueError, match="drafter 'badmap'.*d2t vocab mapping"):
         _engine(model, [d])
-    d2 = Eagle3Drafter.random_for(model, draft_vocab_size=32, name="badt2d")
+    d2 = random_drafter(model, draft_vocab_size=32, name="badt2d")
     d2.t2d[:] = True
     with pytest.raises(ValueError, match="drafter 'badt2d'.*t2d"):
         _engine(model, [d2])
     other = tiny_llama(seed=0, layers=3, vocab=80)
     with pytest.raises(ValueError, match="drafter 'v80'.*vocab_size"):
-        _engine(model, [Eagle3Drafter.random_for(other, name="v80")])
+        _engine(model, [random_drafter(other, name="v80")])
 
 
 def test_aux_layer_ids_mismatch(model):
-    d = Eagle3Drafter.random_for(model, aux_layer_ids=[0, 1, 7], name="deep")
+    d = random_drafter(model, aux_layer_ids=[0, 1, 7], name="deep")
     with pytest.raises(ValueError, match="drafter 'deep'.*eagle_aux_hidden_state_layer_ids"):
         _engine(model, [d])
-    d = Eagle3Drafter.random_for(model, aux_layer_ids=[0, 1, 2], name="two")
+    d = random_drafter(model, aux_layer_ids=[0, 1, 2], name="two")
     d.config.raw["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 1]
     d.config = type(d.config).from_dict(d.config.raw)
     with pytest.raises(ValueError, match="drafter 'two'.*eagle_aux_hidden_state_layer_ids"):
@@ -57,36 +58,36 @@ def test_aux_layer_ids_mismatch(model):
 
 
 def test_prompt_errors(model):
-    eng = _engine(model, [Eagle3Drafter.random_for(model)], k=3)
+    eng = _engine(model, [random_drafter(model)], decoding("chain", 3))
     with pytest.raises(ValueError, match="input_ids is empty"):
-        eng.generate(torch.tensor([], dtype=torch.long), 5)
+        eng.generate(torch.tensor([], dtype=torch.long), 5, GREEDY)
     with pytest.raises(ValueError, match="longer than the target context"):
-        eng.generate(torch.arange(64) % 60, 5)
+        eng.generate(torch.arange(64) % 60, 5, GREEDY)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        eng.generate(torch.arange(40) % 60, 30)
+        eng.generate(torch.arange(40) % 60, 30, GREEDY)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        eng.generate(torch.tensor([1, 2]), 0)
+        eng.generate(torch.tensor([1, 2]), 0, GREEDY)
     with pytest.raises(ValueError, match="batch size"):
-        eng.generate(torch.ones(2, 3, dtype=torch.long), 4)
+        eng.generate(torch.ones(2, 3, dtype=torch.long), 4, GREEDY)
     with pytest.raises(ValueError, match="outside the target vocab"):
-        eng.generate(torch.tensor([1, 99]), 4)
+        eng.generate(torch.tensor([1, 99]), 4, GREEDY)
     with pytest.raises(ValueError, match="mode"):
-        SpeculativeEngine(model, [Eagle3Drafter.random_for(model)], make_selector("fixed"), mode="beam")
+        SpeculativeEngine(model, [random_drafter(model)], make_selector("fixed"), decoding("beam"))
     with pytest.raises(ValueError, match="drafters"):
-        SpeculativeEngine(model, [], make_selector("fixed"))
+        SpeculativeEngine(model, [], make_selector("fixed"), decoding("chain"))
 
 
 def test_nan_logits(model):
     broken = tiny_llama(seed=6, layers=3, max_positions=64)
     with torch.no_grad():
         broken.lm_head.weight[3, 0] = float("nan")
-    eng = _engine(broken, [Eagle3Drafter.random_for(broken)])
+    eng = _engine(broken, [random_drafter(broken)])
     with pytest.raises(ValueError, match="non-finite"):
-        eng.generate(torch.tensor([1, 2, 3]), 5)
+        eng.generate(torch.tensor([1, 2, 3]), 5, GREEDY)
 
 
 def test_save_load_roundtrip(model, tmp_path):
-    d = Eagle3Drafter.random_for(model, seed=3, draft_vocab_size=40, name="rt")
+    d = random_drafter(model, seed=3, draft_vocab_size=40, name="rt")
     d.save(tmp_path / "rt")
     cfg = json.loads((tmp_path / "rt" / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["draft_vocab_size"] == 40
@@ -101,8 +102,8 @@ def test_save_load_roundtrip(model, tmp_path):
     for k in d.weights:
         assert torch.equal(d.weights[k], d2.weights[k])
     prompt = torch.tensor([4, 5, 6])
-    a, _ = _engine(model, [d], mode="tree", k=3, topk=2, num_draft_tokens=5).generate(prompt, 10)
-    b, s = _engine(model, [d2], mode="tree", k=3, topk=2, num_draft_tokens=5).generate(prompt, 10)
+    a, _ = _engine(model, [d], decoding("tree", 3, 2, 5)).generate(prompt, 10, GREEDY)
+    b, s = _engine(model, [d2], decoding("tree", 3, 2, 5)).generate(prompt, 10, GREEDY)
     assert torch.equal(a, b) and torch.equal(a, greedy_reference(model, prompt, 10)[0])
     with pytest.raises(ValueError, match="config.json not found"):
         Eagle3Drafter.load(tmp_path / "missing")
@@ -123,7 +124,7 @@ def test_matches_specforge_draft_model(model, tmp_path):
 
     from hedgespec.engine import DrafterPool, TargetModel
 
-    d = Eagle3Drafter.random_for(model, seed=11, draft_vocab_size=40, std=0.2)
+    d = random_drafter(model, seed=11, draft_vocab_size=40, std=0.2)
     d.weights["ln_emb"] = 1 + 0.1 * torch.randn(32)  # non-trivial norms, so a swapped norm would show
     d.weights["ln_hid"] = 1 - 0.1 * torch.randn(32)
     d.save(tmp_path / "sf")

@@ -8,11 +8,12 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _engine_helpers import GREEDY, decoding, sampling
 
 from hedgespec.acceptance import gamma_chain, gamma_greedy, gamma_tree
-from hedgespec.engine import DrafterPool, Eagle3Drafter, SpeculativeEngine, TargetModel
-from hedgespec.engine.testing import agreeing_drafter, greedy_reference, tiny_llama
+from hedgespec.engine import DrafterPool, SpeculativeEngine, TargetModel
 from hedgespec.engine.verify import target_probs
+from hedgespec.fixtures import agreeing_drafter, greedy_reference, random_drafter, tiny_llama
 from hedgespec.selectors import make_selector
 from hedgespec.types import Decision, RoundFeedback
 
@@ -26,10 +27,10 @@ def model():
 
 def _heads(model):
     return [
-        Eagle3Drafter.random_for(model, seed=0),
-        Eagle3Drafter.random_for(model, seed=1, draft_vocab_size=40, intermediate_size=20),
-        Eagle3Drafter.random_for(model, seed=2, aux_layer_ids=[0, 2, 3]),  # its own layers: sliced from the union
-        Eagle3Drafter.random_for(model, seed=3, draft_vocab_size=50),
+        random_drafter(model, seed=0),
+        random_drafter(model, seed=1, draft_vocab_size=40, intermediate_size=20),
+        random_drafter(model, seed=2, aux_layer_ids=[0, 2, 3]),  # its own layers: sliced from the union
+        random_drafter(model, seed=3, draft_vocab_size=50),
     ]
 
 
@@ -61,10 +62,10 @@ def test_gamma_matches_acceptance_module(model):
     dl = torch.randn(4, 3, 64, generator=g) * 2
     tl = torch.randn(3, 64, generator=g) * 2
     for mode, topk in (("chain", 1), ("tree", 3)):
-        eng = SpeculativeEngine(model, heads, make_selector("hedgespec"), mode=mode, k=2, topk=topk)
+        eng = SpeculativeEngine(model, heads, make_selector("hedgespec"), decoding(mode, 2, topk))
         dl_m = dl.masked_fill(~eng.pool.valid[:, None, :], float("-inf"))
         for temp in (0.0, 0.7):
-            got = eng._gamma(dl_m, tl, temp, 0, 0.9)
+            got = eng._gamma(dl_m, tl, sampling(temperature=temp, top_p=0.9))
             for i in range(4):
                 q = eng.pool.to_target((dl_m[i : i + 1] / (temp or 1.0)).softmax(-1), [i])[0]
                 if temp == 0:
@@ -103,14 +104,14 @@ class _Recorder:
 def test_chosen_gamma_matches_verification(model, mode):
     """Greedy: the chosen head's γ at a round's first position is 1 iff its first draft level was accepted.
 
-    Deeper positions use target features instead of the head's own (SPEC §1 caveat), so only the first
+    Deeper positions use target features instead of the head's own outputs (γ is per position), so only the first
     position is an identity; over a distilled head we also check the per-round γ rows have the right shape.
     """
     prompts = [torch.tensor([1, 5, 7, 9, 3])]
-    heads = [agreeing_drafter(model, prompts, seed=0, steps=300), Eagle3Drafter.random_for(model, seed=1)]
+    heads = [agreeing_drafter(model, prompts, seed=0, steps=300), random_drafter(model, seed=1)]
     rec = _Recorder(make_selector("hedgespec"))
-    eng = SpeculativeEngine(model, heads, rec, mode=mode, k=4, topk=3, num_draft_tokens=8)
-    eng.generate(prompts[0], 30)
+    eng = SpeculativeEngine(model, heads, rec, decoding(mode, 4, 3, 8))
+    eng.generate(prompts[0], 30, GREEDY)
     assert any(fb.accepted > 0 for fb in rec.feedback)
     for fb in rec.feedback[:-1]:  # the last round may be cut by the token budget
         assert fb.gamma.shape == (fb.emitted, 2)
@@ -121,7 +122,7 @@ def test_failing_drafter_is_dropped(model, monkeypatch):
     heads = _heads(model)
     prompt = torch.tensor([5, 6, 7])
     ref = greedy_reference(model, prompt, 20)[0]
-    eng = SpeculativeEngine(model, heads, make_selector("hedgespec"), mode="chain", k=3)
+    eng = SpeculativeEngine(model, heads, make_selector("hedgespec"), decoding("chain", 3))
     real_run = eng.pool.run
 
     def flaky(idx, *a, **kw):
@@ -131,16 +132,16 @@ def test_failing_drafter_is_dropped(model, monkeypatch):
 
     monkeypatch.setattr(eng.pool, "run", flaky)
     with pytest.warns(RuntimeWarning, match="drafter 'random2'.*dropped"):
-        out, stats = eng.generate(prompt, 20)
+        out, stats = eng.generate(prompt, 20, GREEDY)
     assert torch.equal(out, ref)
     assert eng.last_trace.summary["dropped"] == ["random2"]
     # NaN weights in one head: dropped too, output unchanged
-    bad = Eagle3Drafter.random_for(model, seed=9, name="nan-head")
+    bad = random_drafter(model, seed=9, name="nan-head")
     bad.weights["lm_head"][0, 0] = float("nan")
-    eng2 = SpeculativeEngine(model, [heads[0], bad], make_selector("fixed", index=1), k=3)
+    eng2 = SpeculativeEngine(model, [heads[0], bad], make_selector("fixed", index=1), decoding("chain", 3))
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        out2, _ = eng2.generate(prompt, 20)
+        out2, _ = eng2.generate(prompt, 20, GREEDY)
     assert torch.equal(out2, ref)
     assert any("nan-head" in str(x.message) for x in w)
 
@@ -148,7 +149,7 @@ def test_failing_drafter_is_dropped(model, monkeypatch):
 def test_every_drafter_failing_falls_back_to_plain_decoding(model, monkeypatch):
     heads = _heads(model)[:2]
     prompt = torch.tensor([8, 9])
-    eng = SpeculativeEngine(model, heads, make_selector("ucbspec"), mode="tree", k=3, topk=2, num_draft_tokens=4)
+    eng = SpeculativeEngine(model, heads, make_selector("ucbspec"), decoding("tree", 3, 2, 4))
     real_run = eng.pool.run
     calls = []
 
@@ -160,7 +161,7 @@ def test_every_drafter_failing_falls_back_to_plain_decoding(model, monkeypatch):
 
     monkeypatch.setattr(eng.pool, "run", broken)
     with pytest.warns(RuntimeWarning, match="dropped"):
-        out, stats = eng.generate(prompt, 15)
+        out, stats = eng.generate(prompt, 15, GREEDY)
     assert torch.equal(out, greedy_reference(model, prompt, 15)[0])
     assert stats.accepted_per_round[-1] == 0 and not any(eng.pool.alive)
     # after the heads are dropped, evaluation never runs them again

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _engine_helpers import GREEDY, decoding
 
-from hedgespec.engine import Eagle3Drafter, SpeculativeEngine
-from hedgespec.engine.testing import agreeing_drafter, tiny_llama
+from hedgespec.engine import SpeculativeEngine
 from hedgespec.engine.trace import read_traces
+from hedgespec.fixtures import agreeing_drafter, random_drafter, tiny_llama
 from hedgespec.selectors import make_selector
 from hedgespec.sim.greedy import best_fixed_mat
 from hedgespec.sim.replay import load_trace, replay_request
@@ -20,7 +21,7 @@ PROMPTS = [torch.tensor([1, 5, 7, 9, 3]), torch.tensor([30, 31, 2]), torch.tenso
 @pytest.fixture(scope="module")
 def world():
     model = tiny_llama(seed=5, layers=3)
-    pool = [Eagle3Drafter.random_for(model, seed=1), agreeing_drafter(model, PROMPTS[:2], seed=2, steps=400),
+    pool = [random_drafter(model, seed=1), agreeing_drafter(model, PROMPTS[:2], seed=2, steps=400),
             agreeing_drafter(model, PROMPTS[2:], seed=3, steps=400)]
     return model, pool
 
@@ -32,9 +33,10 @@ def test_replay_equals_live(world, tmp_path, mode):
     path = tmp_path / f"{mode}.jsonl"
     live = {}
     for name in names:
-        eng = SpeculativeEngine(model, pool, make_selector(name), mode=mode, k=3, topk=2, num_draft_tokens=6, full_counterfactual=True)
+        eng = SpeculativeEngine(model, pool, make_selector(name), decoding(mode, 3, 2, 6), full_counterfactual=True)
         for r, prompt in enumerate(PROMPTS):
-            _, stats = eng.generate(prompt, 25, ctx=RequestContext(request_id=r), trace_path=str(path) if name == "hedgespec" else None)
+            trace = str(path) if name == "hedgespec" else None
+            _, stats = eng.generate(prompt, 25, GREEDY, ctx=RequestContext(request_id=r), trace_path=trace)
             live[name, r] = stats
     reqs = load_trace(path)
     assert len(reqs) == len(PROMPTS) and all(q.exact for q in reqs)
@@ -48,16 +50,16 @@ def test_replay_equals_live(world, tmp_path, mode):
     # the oracle from the trace (best fixed drafter in hindsight) replays to the best Fixed MAT, and live agrees
     for r, req in enumerate(reqs):
         best, mats = best_fixed_mat(req.runs, req.k)
-        eng = SpeculativeEngine(model, pool, make_selector("oracle"), mode=mode, k=3, topk=2, num_draft_tokens=6)
-        _, stats = eng.generate(PROMPTS[r], 25, ctx=RequestContext(request_id=r, best_drafter=best))
+        eng = SpeculativeEngine(model, pool, make_selector("oracle"), decoding(mode, 3, 2, 6))
+        _, stats = eng.generate(PROMPTS[r], 25, GREEDY, ctx=RequestContext(request_id=r, best_drafter=best))
         assert stats.mat == pytest.approx(mats[best])
 
 
 def test_trace_without_counterfactual_is_flagged(world, tmp_path):
     model, pool = world
-    eng = SpeculativeEngine(model, pool, make_selector("hedgespec"), k=3)
+    eng = SpeculativeEngine(model, pool, make_selector("hedgespec"), decoding("chain", 3))
     path = tmp_path / "t.jsonl"
-    _, stats = eng.generate(PROMPTS[0], 15, trace_path=str(path))
+    _, stats = eng.generate(PROMPTS[0], 15, GREEDY, trace_path=str(path))
     (req,) = load_trace(path)
     assert not req.exact and req.gamma.shape == (stats.generated, 3)
     assert req.live_mat == pytest.approx(stats.mat)

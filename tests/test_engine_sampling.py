@@ -14,12 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _engine_helpers import decoding, sampling
 from scipy.stats import chisquare
 
-from hedgespec.engine import Eagle3Drafter, SpeculativeEngine
-from hedgespec.engine.testing import tiny_llama
+from hedgespec.engine import SpeculativeEngine
 from hedgespec.engine.tree import DraftTree
 from hedgespec.engine.verify import target_probs, verify_chain_sample, verify_tree_sample
+from hedgespec.fixtures import random_drafter, tiny_llama
 from hedgespec.selectors import make_selector
 
 torch.set_num_threads(1)
@@ -120,14 +121,14 @@ def _engine_joint(model, prompt, temperature, top_p):
 @pytest.mark.parametrize("mode", ["chain", "tree"])
 def test_engine_first_two_tokens(mode, draws):
     model = tiny_llama(seed=3, layers=2, vocab=4, hidden=16, heads=2, kv_heads=1, init=0.5)
-    pool = [Eagle3Drafter.random_for(model, seed=s, std=0.3) for s in range(2)]
-    eng = SpeculativeEngine(model, pool, make_selector("hedgespec"), mode=mode, k=2, topk=2, num_draft_tokens=4)
+    pool = [random_drafter(model, seed=s, std=0.3) for s in range(2)]
+    eng = SpeculativeEngine(model, pool, make_selector("hedgespec"), decoding(mode, 2, 2, 4))
     prompt = torch.tensor([1, 2, 3])
     # the 2nd generated token comes from a speculative round (the 1st from the prefill)
     counts = np.zeros(16)
     accepted = 0
     for s in range(draws):
-        out, stats = eng.generate(prompt, 3, temperature=0.8, top_p=0.95, seed=s)
+        out, stats = eng.generate(prompt, 3, sampling(temperature=0.8, top_p=0.95, seed=s))
         counts[int(out[3]) * 4 + int(out[4])] += 1
         accepted += sum(stats.accepted_per_round)
     assert accepted > 0  # speculation actually happened

@@ -52,7 +52,7 @@ def test_generate_every_selector_config(tiny, selector):
 def test_generate_tree_sampling_and_trace(tiny, tmp_path):
     model, tok = tiny
     path = tmp_path / "trace.jsonl"
-    cfg = _small_pool(_cfg("mode=tree", "temperature=0.8", "seed=2", "max_new_tokens=8", f"trace.path={path}"))
+    cfg = _small_pool(_cfg("decoding=tree", "sampling.temperature=0.8", "seed=2", "max_new_tokens=8", f"trace.path={path}"))
     out = run_generate(cfg, model, tok)
     assert out["results"][0]["generated"] >= 1 and path.exists()
 
@@ -74,4 +74,11 @@ def test_generate_refuses_router_with_a_pointer_to_bench(tiny):
     model, tok = tiny
     cfg = _small_pool(_cfg("target=tiny", "pool=tiny", "selector=router", "max_new_tokens=4"))
     with pytest.raises(ValueError, match="scripts/bench.py selector=router"):
+        run_generate(cfg, model, tok)
+
+
+def test_generate_rejects_a_misspelt_decoding_knob(tiny):
+    model, tok = tiny
+    cfg = _small_pool(_cfg("target=tiny", "pool=tiny", "+decoding.k=3", "max_new_tokens=4"))
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['k'\]"):
         run_generate(cfg, model, tok)

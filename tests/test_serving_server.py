@@ -17,6 +17,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from _engine_helpers import GREEDY, decoding
 
 from hedgespec.serving import sglang_available
 from hedgespec.serving.argv import build_plan
@@ -63,7 +64,7 @@ def _port() -> int:
 def _server(root: Path, target: str, drafters: list[str], log: Path, selector: str = "hedgespec") -> ServerProcess:
     pool = {"name": "test", "target": "tiny", "drafters": [{"name": d, "kind": "path", "path": str(root / d)} for d in drafters]}
     cfg = {"pool": pool, "selector": {"name": selector}, "device": DEVICE, "host": "127.0.0.1", "port": _port(),
-           "steps": 3, "topk": 1, "max_running_requests": 16, "max_total_tokens": 4096, "dtype": "float32",
+           "decoding": {"mode": "chain", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}, "max_running_requests": 16, "max_total_tokens": 4096, "dtype": "float32",
            "workdir": str(root), "extra_args": CUDA_ARGS if DEVICE == "cuda" else []}
     plan = build_plan(cfg)
     plan.argv[plan.argv.index("--model-path") + 1] = str(root / target)
@@ -167,8 +168,8 @@ def test_selection_moves_to_the_agreeing_drafter(ckpt, tmp_path):
 
     model = AutoModelForCausalLM.from_pretrained(ckpt / "t_const", dtype=torch.float32).eval()
     drafters = [Eagle3Drafter.load(ckpt / d, model) for d in ("d_anti", "d_anti", "d_const")]
-    engine = SpeculativeEngine(model, drafters, make_selector("hedgespec"), mode="chain", k=3)
-    _, stats = engine.generate(torch.tensor(PROMPTS[0]), 60, ctx=RequestContext(request_id="agree-0"))
+    engine = SpeculativeEngine(model, drafters, make_selector("hedgespec"), decoding("chain", 3))
+    _, stats = engine.generate(torch.tensor(PROMPTS[0]), 60, GREEDY, ctx=RequestContext(request_id="agree-0"))
     assert stats.histogram(3) == hist, (stats.chosen, hist)
 
 
@@ -201,10 +202,10 @@ def test_reference_engine_agrees_with_the_server(ckpt, reference, random_server)
 
     model = AutoModelForCausalLM.from_pretrained(ckpt / "t_rand", dtype=torch.float32).eval()
     drafters = [Eagle3Drafter.load(ckpt / f"d{i}", model) for i in range(n)]
-    engine = SpeculativeEngine(model, drafters, make_selector("hedgespec"), mode="chain", k=3)
+    engine = SpeculativeEngine(model, drafters, make_selector("hedgespec"), decoding("chain", 3))
     for j, ids in enumerate(PROMPTS[:2]):
         rid = f"parity-{j}"  # same request id on both sides: same per-request RNG stream in the selector
-        out, stats = engine.generate(torch.tensor(ids), NEW_TOKENS, ctx=RequestContext(request_id=rid))
+        out, stats = engine.generate(torch.tensor(ids), NEW_TOKENS, GREEDY, ctx=RequestContext(request_id=rid))
         served = _generate(srv, ids, rid=rid)
         assert out[len(ids):].tolist() == served["output_ids"] == reference[tuple(ids)]
         # same γ definition + same selector => same drafter choices, round by round

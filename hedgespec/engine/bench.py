@@ -1,4 +1,4 @@
-"""Micro-benchmark of the engine's three costs (SPEC §7 overheads), all from one run:
+"""Micro-benchmark of the engine's three costs (the per-round overheads of online drafter selection), all from one run:
 
 * one target forward: a verification pass of K+1 rows after a context of ``context`` tokens (and a 1-row
   decode step, for reference);
@@ -16,16 +16,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-from hedgespec.engine.eagle3 import Eagle3Drafter
 from hedgespec.engine.pool import DrafterPool
 from hedgespec.engine.target import TargetModel
+from hedgespec.fixtures import random_drafter
 
 DIMS: dict[str, dict[str, Any]] = {
     "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, draft_vocab=512),
-    "smollm2": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                    num_key_value_heads=3, draft_vocab=32000),
+    "smollm2": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                    num_attention_heads=9, num_key_value_heads=3, draft_vocab=32000),
 }
 
 
@@ -47,6 +48,15 @@ def _time(fn, device: str, repeats: int, warmup: int = 2) -> float:
     return min(ts)  # min: robust to other processes on a shared machine
 
 
+def _draft_vocab(dims: str, d: dict[str, Any], draft_vocab: int | None) -> int:
+    vd = d.pop("draft_vocab")
+    if draft_vocab is None:
+        return vd
+    if not 0 < draft_vocab <= d["vocab_size"]:
+        raise ValueError(f"draft_vocab={draft_vocab} must be in [1, {d['vocab_size']}] for dims={dims!r}")
+    return int(draft_vocab)
+
+
 @torch.no_grad()
 def bench_engine(dims: str = "tiny", ns: Sequence[int] = (1, 2, 4, 7, 14, 28), context: int = 128, k: int = 4,
                  rows: int = 4, repeats: int = 20, device: str = "cpu", dtype: str = "float32",
@@ -55,25 +65,35 @@ def bench_engine(dims: str = "tiny", ns: Sequence[int] = (1, 2, 4, 7, 14, 28), c
 
     ``draft_vocab`` overrides the dims' draft vocabulary (the embedded pool's trained drafters use 4096).
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     d = dict(DIMS[dims])
-    vd = d.pop("draft_vocab")
-    if draft_vocab is not None:
-        if not 0 < draft_vocab <= d["vocab_size"]:
-            raise ValueError(f"draft_vocab={draft_vocab} must be in [1, {d['vocab_size']}] for dims={dims!r}")
-        vd = int(draft_vocab)
+    vd = _draft_vocab(dims, d, draft_vocab)
     tdtype = getattr(torch, dtype)
     cfg = LlamaConfig(max_position_embeddings=4096, tie_word_embeddings=True, **d)
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(cfg).to(tdtype).eval()
-    heads = [Eagle3Drafter.random_for(model, seed=s, draft_vocab_size=vd) for s in range(max(ns))]
+    heads = [random_drafter(model, seed=s, draft_vocab_size=vd) for s in range(max(ns))]
     ctx = torch.randint(0, d["vocab_size"], (context + k + 1,))
-
     pool1 = DrafterPool(heads[:1], model, dtype=tdtype)
     tgt = TargetModel(model, pool1.capture_ids)
     _, feats = tgt.prefill(ctx[:context])
+    res: dict[str, Any] = {"dims": dims, "device": device, "dtype": dtype, "context": context, "k": k, "rows": rows,
+                           "draft_vocab": vd, "threads": torch.get_num_threads()}
+    res.update(_single_costs(pool1, tgt, ctx, feats, context, k, repeats, device))
+    res["pool"] = {}
+    for n in ns:
+        pool = DrafterPool(heads[:n], model, dtype=tdtype)
+        t = _evaluate_cost(pool, tgt, ctx, feats, context, rows, repeats, device)
+        res["pool"][n] = {"evaluate_s": t, "x_drafter_forward": t / res["drafter_forward_s"],
+                          "x_target_verify": t / res["target_verify_s"]}
+        res["pool"][n]["x_n1_evaluate"] = t / res["pool"][ns[0]]["evaluate_s"]
+    res["drafter_x_target_verify"] = res["drafter_forward_s"] / res["target_verify_s"]
+    return res
+
+
+def _single_costs(pool1: DrafterPool, tgt: TargetModel, ctx: torch.Tensor, feats: torch.Tensor, context: int,
+                  k: int, repeats: int, device: str) -> dict[str, float]:
+    """One target verification forward (K+1 rows), one decode step and one draft step, after ``context`` rows."""
     emb = tgt.embed(ctx[:context])
     cached = tgt.cache
 
@@ -92,40 +112,32 @@ def bench_engine(dims: str = "tiny", ns: Sequence[int] = (1, 2, 4, 7, 14, 28), c
     def drafter_step() -> None:
         pool1.run([0], e1, f1, True, torch.tensor([context - 1], device=device))
 
-    res: dict[str, Any] = {"dims": dims, "device": device, "dtype": dtype, "context": context, "k": k, "rows": rows,
-                           "draft_vocab": vd, "threads": torch.get_num_threads()}
-    res["target_verify_s"] = _time(target_verify, device, repeats)
-    res["target_decode_s"] = _time(target_decode, device, repeats)
-    res["drafter_forward_s"] = _time(drafter_step, device, repeats)
-    res["pool"] = {}
-    for n in ns:
-        pool = DrafterPool(heads[:n], model, dtype=tdtype)
-        pool.prefill(ctx[1:context], feats[: context - 1], emb[1:][None])
-        base_k, base_v = pool.k, pool.v
-        toks = ctx[context : context + rows]
-        ef = feats[context - rows : context]  # any rows of the right shape
-        et = tgt.embed(toks)[None]
+    return {"target_verify_s": _time(target_verify, device, repeats),
+            "target_decode_s": _time(target_decode, device, repeats),
+            "drafter_forward_s": _time(drafter_step, device, repeats)}
 
-        def evaluate() -> None:
-            pool.k, pool.v = base_k, base_v
-            pool.evaluate(toks, ef, et)
 
-        t = _time(evaluate, device, repeats)
-        res["pool"][n] = {"evaluate_s": t, "x_drafter_forward": t / res["drafter_forward_s"], "x_target_verify": t / res["target_verify_s"]}
-        res["pool"][n]["x_n1_evaluate"] = t / res["pool"][ns[0]]["evaluate_s"]
-    res["drafter_x_target_verify"] = res["drafter_forward_s"] / res["target_verify_s"]
-    return res
+def _evaluate_cost(pool: DrafterPool, tgt: TargetModel, ctx: torch.Tensor, feats: torch.Tensor, context: int,
+                   rows: int, repeats: int, device: str) -> float:
+    """Seconds of one batched :meth:`DrafterPool.evaluate` of ``rows`` rows after ``context`` cached rows."""
+    emb = tgt.embed(ctx[:context])
+    pool.prefill(ctx[1:context], feats[: context - 1], emb[1:][None])
+    base_k, base_v = pool.k, pool.v
+    toks = ctx[context : context + rows]
+    ef = feats[context - rows : context]  # any rows of the right shape
+    et = tgt.embed(toks)[None]
+
+    def evaluate() -> None:
+        pool.k, pool.v = base_k, base_v
+        pool.evaluate(toks, ef, et)
+
+    return _time(evaluate, device, repeats)
 
 
 def _copy_cache(cache: Any) -> Any:
-    import copy
-
-    return copy.copy(cache) if cache is None else _shallow(cache)
-
-
-def _shallow(cache: Any) -> Any:
-    from transformers import DynamicCache
-
+    """A shallow copy of the target's KV cache (layers shared, so a forward after it does not grow ``cache``)."""
+    if cache is None:
+        return None
     new = DynamicCache()
     for li, layer in enumerate(cache.layers):
         new.update(layer.keys, layer.values, li)
@@ -134,13 +146,16 @@ def _shallow(cache: Any) -> Any:
 
 def format_bench(res: dict[str, Any]) -> str:
     lines = [
-        f"[{res['dims']} on {res['device']} {res['dtype']}, context {res['context']}, K={res['k']}, eval rows {res['rows']}, "
-        f"draft vocab {res['draft_vocab']}, threads {res['threads']}]",
+        f"[{res['dims']} on {res['device']} {res['dtype']}, context {res['context']}, K={res['k']}, "
+        f"eval rows {res['rows']}, draft vocab {res['draft_vocab']}, threads {res['threads']}]",
         f"target forward (verify {res['k'] + 1} rows): {res['target_verify_s'] * 1e3:8.3f} ms",
         f"target forward (decode 1 row):      {res['target_decode_s'] * 1e3:8.3f} ms",
-        f"drafter forward (1 row):            {res['drafter_forward_s'] * 1e3:8.3f} ms   = {res['drafter_x_target_verify']:.3f} x target",
+        f"drafter forward (1 row):            {res['drafter_forward_s'] * 1e3:8.3f} ms   "
+        f"= {res['drafter_x_target_verify']:.3f} x target",
     ]
+    n1 = next(iter(res["pool"]))
     for n, r in res["pool"].items():
-        lines.append(f"pool evaluate N={n:>2}: {r['evaluate_s'] * 1e3:8.3f} ms = {r['x_drafter_forward']:6.2f} x drafter forward"
-                     f" = {r['x_target_verify']:6.3f} x target forward = {r['x_n1_evaluate']:5.2f} x N={next(iter(res['pool']))}")
+        lines.append(f"pool evaluate N={n:>2}: {r['evaluate_s'] * 1e3:8.3f} ms = {r['x_drafter_forward']:6.2f} x "
+                     f"drafter forward = {r['x_target_verify']:6.3f} x target forward = {r['x_n1_evaluate']:5.2f} "
+                     f"x N={n1}")
     return "\n".join(lines)

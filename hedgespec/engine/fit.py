@@ -12,14 +12,14 @@ from collections.abc import Sequence
 
 import torch
 
-from hedgespec.engine.eagle3 import WEIGHT_KEYS, Eagle3Drafter, stack_weights, stacked_forward
+from hedgespec.engine.eagle3 import MATRICES, WEIGHT_KEYS, Eagle3Drafter, stack_weights, stacked_forward
+from hedgespec.engine.pool import DrafterPool
 from hedgespec.engine.target import TargetModel
 
 
-def fit_drafter(drafter: Eagle3Drafter, target_model, sequences: Sequence[torch.Tensor], steps: int = 200, lr: float = 1e-2, seed: int = 0, hard: bool = True) -> Eagle3Drafter:
+def fit_drafter(drafter: Eagle3Drafter, target_model, sequences: Sequence[torch.Tensor], steps: int = 200,
+                lr: float = 1e-2, seed: int = 0, hard: bool = True) -> Eagle3Drafter:
     """Return a copy of ``drafter`` trained for ``steps`` Adam steps on ``sequences`` (1-D token tensors)."""
-    from hedgespec.engine.pool import DrafterPool
-
     pool = DrafterPool([drafter], target_model)
     tgt = TargetModel(target_model, pool.capture_ids)
     data = []
@@ -36,7 +36,8 @@ def fit_drafter(drafter: Eagle3Drafter, target_model, sequences: Sequence[torch.
         t = toks.shape[0]
         cos, sin = pool.rope(torch.arange(t))
         emb = tgt.embed(toks)[None].detach()
-        logits, _, _, _ = stacked_forward(w, pool.eps, pool.n_heads, pool.n_kv, emb, hid, True, cos, sin, None, None, None)
+        logits, _, _, _ = stacked_forward(w, pool.eps, pool.n_heads, pool.n_kv, emb, hid, True, cos, sin, None, None,
+                                          None)
         tq = teacher[:, tids]
         if hard:  # target argmax restricted to the draft vocab
             tq = torch.nn.functional.one_hot(tq.argmax(-1), tq.shape[-1]).float()
@@ -45,8 +46,6 @@ def fit_drafter(drafter: Eagle3Drafter, target_model, sequences: Sequence[torch.
         opt.zero_grad()
         loss.backward()
         opt.step()
-    from hedgespec.engine.eagle3 import MATRICES
-
     weights = {k: (v.detach()[0].t() if k in MATRICES else v.detach()[0]).contiguous() for k, v in w.items()}
     assert set(weights) == set(WEIGHT_KEYS.values())
     return Eagle3Drafter(drafter.config, weights, drafter.d2t.clone(), drafter.t2d.clone(), name=drafter.name + "-fit")

@@ -6,9 +6,9 @@ heads' KV caches ([N, kv_heads, rows, d]): row t holds (token x_{t+1}, target fe
 committed sequence, which is what every head needs to draft from the current position.
 
 After a verification round the engine calls :meth:`DrafterPool.evaluate` with the round's verified rows:
-it extends all N caches and returns q_i at every emitted position (SPEC §1: counterfactual γ without any
-extra target forward). A head that raises or produces non-finite logits is dropped for the request with
-a warning; the rest of the pool, and the output, are unaffected.
+it extends all N caches and returns q_i at every emitted position (every drafter's counterfactual γ of the
+HedgeSpec paper, without any extra target forward). A head that raises or produces non-finite logits is
+dropped for the request with a warning; the rest of the pool, and the output, are unaffected.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from hedgespec.engine.eagle3 import Eagle3Drafter, stack_weights, stacked_forward
 from hedgespec.engine.target import TargetModel
@@ -35,7 +36,9 @@ def _union(ids_list: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
 class DrafterPool:
     """N drafters of one target with stacked weights, KV caches and per-request liveness."""
 
-    def __init__(self, drafters: Sequence[Eagle3Drafter], target: TargetModel | Any, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self, drafters: Sequence[Eagle3Drafter], target: TargetModel | Any, dtype: torch.dtype = torch.float32
+    ) -> None:
         if len(drafters) == 0:
             raise ValueError("drafters: the pool needs at least one Eagle3Drafter")
         for i, d in enumerate(drafters):
@@ -62,7 +65,8 @@ class DrafterPool:
         h = int(tcfg.hidden_size)
         cols = []
         for ids in self.aux_ids:
-            cols.append(torch.cat([torch.arange(self.capture_ids.index(i) * h, (self.capture_ids.index(i) + 1) * h) for i in ids]))
+            slots = [self.capture_ids.index(i) for i in ids]
+            cols.append(torch.cat([torch.arange(s * h, (s + 1) * h) for s in slots]))
         self._same_features = all(torch.equal(c, cols[0]) for c in cols)
         self.feature_cols = torch.stack(cols)  # [N, n_aux·H] columns of the captured features per head
         self.dtype = dtype
@@ -81,8 +85,6 @@ class DrafterPool:
         self.target_ids, self.valid = ids.to(self.device), valid.to(self.device)  # draft id -> target id per head
         self.feature_cols = self.feature_cols.to(self.device)
         self._padded = not bool(valid.all())
-        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
         self._rope = LlamaRotaryEmbedding(c0.rope_config()).to(self.device)
         self._rope_cap = 0
         self.reset()
@@ -96,6 +98,11 @@ class DrafterPool:
     @property
     def length(self) -> int:
         return int(self.k.shape[2])
+
+    @property
+    def dropped(self) -> list[str]:
+        """Names of the heads dropped for this request, in pool order."""
+        return [self.names[j] for j in range(self.n) if not self.alive[j]]
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [T, d] for ``positions`` from a table grown on demand (transformers computes the table)."""
@@ -142,8 +149,9 @@ class DrafterPool:
         if mask is not None:
             mask = mask.to(self.device)
         cos, sin = self.rope(positions)
+        emb, hidden = emb.to(self.dtype), hidden.to(self.dtype)
         logits, out, k, v = stacked_forward(
-            w, self.eps, self.n_heads, self.n_kv, emb.to(self.dtype), hidden.to(self.dtype), from_target, cos, sin, pk, pv, mask
+            w, self.eps, self.n_heads, self.n_kv, emb, hidden, from_target, cos, sin, pk, pv, mask
         )
         logits = logits.float()
         if self._padded:
@@ -222,4 +230,5 @@ class DrafterPool:
         """Mark head ``i`` dead for the rest of the request (its γ reads 0, it drafts nothing)."""
         if self.alive[i]:
             self.alive[i] = False
-            warnings.warn(f"drafter {self.names[i]!r} {why}; dropped from the pool for this request", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"drafter {self.names[i]!r} {why}; dropped from the pool for this request", RuntimeWarning,
+                          stacklevel=3)

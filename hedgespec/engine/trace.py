@@ -3,13 +3,14 @@
 One file holds one or more requests; each request is a block of lines::
 
     {"type": "header", "format": "hedgespec.engine.trace", "version": 1, "request_id": .., "mode": "chain",
-     "k": K, "n_drafters": N, "drafters": [...], "temperature": 0.0, "full_counterfactual": true, ...}
+     "k": K, "topk": .., "num_draft_tokens": .., "n_drafters": N, "drafters": [...], "temperature": 0.0,
+     "full_counterfactual": true, ...}
     {"type": "position", "u": u, "token": g_u, "gamma": [γ[u, i] for i], "runs": [runs[u, i] for i] | null}
     ...                                   (one line per generated position u = 0..T-1, round-emitted tokens)
     {"type": "round", "r": r, "start": s, "chosen": i, "accepted": a, "emitted": e, "weights": [...] | null,
      "timings": {"draft": .., "verify": .., "evaluate": .., "update": ..}}
     ...
-    {"type": "summary", "rounds": R, "generated": T, "mat": T/R, "histogram": [...]}
+    {"type": "summary", "rounds": R, "generated": T, "mat": T/R, "histogram": [...], "dropped": [names]}
 
 ``gamma[u, i]`` is drafter i's counterfactual γ at position u (selector-independent under greedy decoding:
 the emitted trajectory is the target's argmax path whoever drafts). ``runs[u, i]`` is drafter i's realised
@@ -17,6 +18,11 @@ number of accepted drafts for a round whose first emitted token is u (recorded w
 ``full_counterfactual`` is on: every drafter drafts from every position); a replay caps it at
 min(K, T − u − 1), the engine's own end-of-request rule. Position 0 is the first token emitted by a
 verification round; the token the prefill produces is recorded in the header (``prefill_token``).
+
+Header keys ``mode``, ``k``, ``topk``, ``num_draft_tokens`` are the engine's
+:class:`~hedgespec.decoding.DecodingConfig` (``k`` = ``num_steps``); ``temperature``, ``top_p``, ``top_k``,
+``seed`` its :class:`~hedgespec.decoding.SamplingParams`. The engine builds a trace one round at a time with
+:class:`hedgespec.engine.records.RequestLog`.
 """
 
 from __future__ import annotations
@@ -44,9 +50,11 @@ class RequestTrace:
     summary: dict[str, Any] = field(default_factory=dict)
 
     def lines(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = [{"type": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION, **self.header}]
+        out: list[dict[str, Any]] = [{"type": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION,
+                                      **self.header}]
         for u, (tok, g) in enumerate(zip(self.tokens, self.gamma)):
-            out.append({"type": "position", "u": u, "token": tok, "gamma": g, "runs": None if self.runs is None else self.runs[u]})
+            runs = None if self.runs is None else self.runs[u]
+            out.append({"type": "position", "u": u, "token": tok, "gamma": g, "runs": runs})
         out.extend({"type": "round", **r} for r in self.rounds)
         out.append({"type": "summary", **self.summary})
         return out

@@ -6,46 +6,21 @@ head's committed cache; deeper steps feed the head its own pre-norm output (EAGL
 Tree (EAGLE-2 style, what SGLang's ``select_top_k_tokens`` does): level 1 = the root's top-k children; at
 each next level every frontier node proposes its top-k children, candidates are scored by cumulative draft
 log-probability, all candidates enter the pool and the k best become the next frontier (the only nodes
-expanded by a head forward). After ``depth`` levels the ``num_draft_tokens`` best-scored nodes are kept
-(ancestor-closed: a node is taken only after its parent), the root's top-k children always among them (so
-the first level's acceptance is exactly the tree γ of SPEC §1 Thm 2; EAGLE may prune one of them). Siblings are ordered by score, the order the
-sampling verifier tries them.
+expanded by a head forward). After ``num_steps`` levels the ``num_draft_tokens`` best-scored nodes are kept
+(ancestor-closed: a node is taken only after its parent), the root's top-k children always among them, so
+the first level's acceptance is exactly the tree γ of Theorem 2 of the HedgeSpec paper (EAGLE may prune one
+of them). Siblings are ordered by score, the order the sampling verifier tries them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from hedgespec.decoding import DecodingConfig
 from hedgespec.engine.pool import DrafterPool
+from hedgespec.engine.records import DraftTree, SamplingState
 
-
-@dataclass
-class DraftTree:
-    """Draft nodes in verification-row order (row 0 = root, rows 1..M = nodes)."""
-
-    tokens: list[int]  # [M+1] target ids; tokens[0] = root token
-    parents: list[int]  # [M+1] parent row; parents[0] = -1
-    depth: list[int]  # [M+1] depth; depth[0] = 0
-
-    @property
-    def size(self) -> int:
-        return len(self.tokens) - 1
-
-    def children(self) -> list[list[int]]:
-        ch: list[list[int]] = [[] for _ in self.tokens]
-        for r in range(1, len(self.tokens)):
-            ch[self.parents[r]].append(r)
-        return ch
-
-    def ancestor_mask(self) -> torch.Tensor:
-        """[M+1, M+1] bool: row r may attend row c iff c is r or an ancestor of r."""
-        m = len(self.tokens)
-        mask = torch.eye(m, dtype=torch.bool)
-        for r in range(1, m):
-            mask[r] |= mask[self.parents[r]]
-        return mask
+__all__ = ["DraftTree", "draft_chain", "draft_chain_all", "draft_tree"]
 
 
 def _draft_law(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -54,12 +29,14 @@ def _draft_law(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 @torch.no_grad()
 def draft_chain(
-    pool: DrafterPool, i: int, root: int, feat: torch.Tensor, emb_fn, k: int, temperature: float, gen: torch.Generator | None
+    pool: DrafterPool, i: int, root: int, feat: torch.Tensor, emb_fn, k: int, sampling: SamplingState
 ) -> tuple[list[int], torch.Tensor]:
     """K chain drafts from head ``i``; returns draft target ids and their draft laws q [K, V] (target vocab).
 
-    Greedy (temperature 0): d_j = argmax of the draft logits; sampling: d_j ~ softmax(logits / T).
+    Greedy (temperature 0): d_j = argmax of the draft logits; sampling: d_j ~ softmax(logits / T), drawn
+    from the request's stream.
     """
+    temperature = sampling.params.temperature
     c0 = pool.length  # committed rows; the pending row sits at position c0
     tok = torch.tensor([root])
     hid, from_target = pool.features(feat[None], [i]), True
@@ -72,7 +49,7 @@ def draft_chain(
         ev = vv if ev is None else torch.cat([ev, vv], dim=2)
         law = pool.to_target(_draft_law(logits, temperature), [i])[0, 0]
         if temperature > 0:
-            d = int(torch.multinomial(law, 1, generator=gen))
+            d = int(torch.multinomial(law, 1, generator=sampling.gen))
         else:
             d = int(pool.target_ids[i, int(torch.argmax(logits[0, 0]))])
         drafts.append(d)
@@ -82,7 +59,9 @@ def draft_chain(
 
 
 @torch.no_grad()
-def draft_chain_all(pool: DrafterPool, idx: list[int], root: int, feat: torch.Tensor, emb_fn, k: int, upto: int) -> torch.Tensor:
+def draft_chain_all(
+    pool: DrafterPool, idx: list[int], root: int, feat: torch.Tensor, emb_fn, k: int, upto: int
+) -> torch.Tensor:
     """Greedy K-step chains of heads ``idx`` batched, from a round start with ``upto`` committed rows.
 
     Used for the full-counterfactual trace; returns target ids [len(idx), K].
@@ -101,82 +80,111 @@ def draft_chain_all(pool: DrafterPool, idx: list[int], root: int, feat: torch.Te
     return torch.stack(out_ids, dim=1)
 
 
-@torch.no_grad()
-def draft_tree(
-    pool: DrafterPool, i: int, root: int, feat: torch.Tensor, emb_fn, depth: int, topk: int, num_draft_tokens: int,
-    upto: int | None = None,
-) -> DraftTree:
-    """EAGLE dynamic tree from head ``i`` (module docstring); scores use log-softmax of the draft logits."""
-    c0 = pool.length if upto is None else upto
-    # draft-local rows (root row + expanded nodes): token, parent draft-row, tree depth
-    ek = ev = None
-    row_anc: list[set[int]] = []  # ancestor sets (incl. self) over draft-local rows
-    # candidates: (score, depth, token, parent candidate id, draft-row of the parent)
-    cand_tok: list[int] = []
-    cand_parent: list[int] = []  # candidate id of parent, -1 for root children
-    cand_score: list[float] = []
-    cand_depth: list[int] = []
+class _TreeDraft:
+    """One head's dynamic-tree drafting state: uncommitted KV rows, their ancestor sets, the candidates.
 
-    def forward(tokens: list[int], hidden: torch.Tensor, from_target: bool, depths: list[int], parents_local: list[int]):
-        nonlocal ek, ev
-        n_prev = 0 if ek is None else ek.shape[2]
-        t = len(tokens)
+    Draft-local rows are the rows fed to the head (the root row, then each expanded frontier); candidates
+    are every proposed node, with token, parent candidate (-1 under the root), cumulative score and depth.
+    """
+
+    def __init__(self, pool: DrafterPool, i: int, c0: int, emb_fn, topk: int) -> None:
+        self.pool, self.i, self.c0, self.emb_fn, self.topk = pool, i, c0, emb_fn, topk
+        self.kk = min(topk, int(pool.valid[i].sum()))  # children per node (at most the head's draft vocab)
+        self.ek: torch.Tensor | None = None
+        self.ev: torch.Tensor | None = None
+        self.row_anc: list[set[int]] = []  # ancestor sets (incl. self) over draft-local rows
+        self.tok: list[int] = []
+        self.parent: list[int] = []
+        self.score: list[float] = []
+        self.depth: list[int] = []
+        self.hidden_of: dict[int, torch.Tensor] = {}  # hidden state fed with candidate c's token
+        self.row_of_parent: dict[int, int] = {}  # draft-local row whose output proposed candidate c
+
+    @property
+    def n_rows(self) -> int:
+        return 0 if self.ek is None else int(self.ek.shape[2])
+
+    def forward(self, tokens: list[int], hidden: torch.Tensor, from_target: bool, depths: list[int],
+                parents_local: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the head over new draft-local rows (tree-masked); returns log-probs [T, V_d] and outputs."""
+        n_prev, t = self.n_rows, len(tokens)
         local = torch.zeros(t, n_prev + t, dtype=torch.bool)
         for r, pl in enumerate(parents_local):
-            anc = (row_anc[pl] if pl >= 0 else set()) | {n_prev + r}
-            row_anc.append(anc)
+            anc = (self.row_anc[pl] if pl >= 0 else set()) | {n_prev + r}
+            self.row_anc.append(anc)
             local[r, sorted(anc)] = True
-        mask = torch.cat([torch.ones(t, c0, dtype=torch.bool), local], dim=1)
-        pos = torch.tensor([c0 + d for d in depths])
-        logits, out, kk, vv = pool.run([i], emb_fn(torch.tensor(tokens))[None], hidden, from_target, pos, ek, ev, mask, upto=c0)
-        ek = kk if ek is None else torch.cat([ek, kk], dim=2)
-        ev = vv if ev is None else torch.cat([ev, vv], dim=2)
+        mask = torch.cat([torch.ones(t, self.c0, dtype=torch.bool), local], dim=1)
+        pos = torch.tensor([self.c0 + d for d in depths])
+        emb = self.emb_fn(torch.tensor(tokens))[None]
+        ek, ev = self.ek, self.ev
+        logits, out, kk, vv = self.pool.run([self.i], emb, hidden, from_target, pos, ek, ev, mask, upto=self.c0)
+        self.ek = kk if self.ek is None else torch.cat([self.ek, kk], dim=2)
+        self.ev = vv if self.ev is None else torch.cat([self.ev, vv], dim=2)
         return logits[0].log_softmax(-1), out
 
-    # level 1: the root row
-    logp, out = forward([root], pool.features(feat[None], [i]), True, [0], [-1])
-    frontier = []  # (candidate id, draft-local row of the node once expanded)
-    top = torch.topk(logp[0], min(topk, int(pool.valid[i].sum())))
-    root_out = out[:, 0:1]
-    for s, d in zip(top.values.tolist(), top.indices.tolist()):
-        cand_tok.append(int(pool.target_ids[i, d])); cand_parent.append(-1); cand_score.append(s); cand_depth.append(1)
-    frontier = list(range(len(cand_tok)))
-    hidden_of: dict[int, torch.Tensor] = {c: root_out for c in frontier}  # hidden fed with candidate c's token
-    local_row_of_parent: dict[int, int] = {c: 0 for c in frontier}
-    for _level in range(2, depth + 1):
-        toks = [cand_tok[c] for c in frontier]
-        hid = torch.cat([hidden_of[c] for c in frontier], dim=1)
-        base = 0 if ek is None else ek.shape[2]
-        logp, out = forward(toks, hid, False, [cand_depth[c] for c in frontier], [local_row_of_parent[c] for c in frontier])
-        kk = min(topk, int(pool.valid[i].sum()))
-        top = torch.topk(logp, kk, dim=-1)
-        scores = torch.tensor([cand_score[c] for c in frontier])[:, None] + top.values
-        new_ids = []
-        for fi, c in enumerate(frontier):
-            for j in range(kk):
-                cand_tok.append(int(pool.target_ids[i, int(top.indices[fi, j])]))
-                cand_parent.append(c); cand_score.append(float(scores[fi, j])); cand_depth.append(cand_depth[c] + 1)
-                new_ids.append(len(cand_tok) - 1)
-                hidden_of[new_ids[-1]] = out[:, fi : fi + 1]
-                local_row_of_parent[new_ids[-1]] = base + fi
-        order = sorted(new_ids, key=lambda c: -cand_score[c])
-        frontier = order[:topk]
-    # keep the num_draft_tokens best, ancestor-closed, ties -> shallower first, then older
-    # the root's top-k children are always kept, so level-1 acceptance is exactly γ_tree (SPEC §1 Thm 2)
-    order = sorted(range(len(cand_tok)), key=lambda c: (cand_depth[c] > 1, -cand_score[c], cand_depth[c], c))
-    chosen: list[int] = []
-    taken: set[int] = set()
-    for c in order:
-        if len(chosen) >= num_draft_tokens:
-            break
-        if cand_parent[c] == -1 or cand_parent[c] in taken:
-            chosen.append(c)
-            taken.add(c)
-    # rows: sort by (depth, parent row, score desc) so parents precede children and siblings are score-ordered
-    chosen.sort(key=lambda c: (cand_depth[c], -cand_score[c], c))
-    row_of = {c: r + 1 for r, c in enumerate(chosen)}
-    return DraftTree(
-        tokens=[root] + [cand_tok[c] for c in chosen],
-        parents=[-1] + [0 if cand_parent[c] == -1 else row_of[cand_parent[c]] for c in chosen],
-        depth=[0] + [cand_depth[c] for c in chosen],
-    )
+    def _add(self, draft_id: int, parent: int, score: float, depth: int, hidden: torch.Tensor, row: int) -> int:
+        self.tok.append(int(self.pool.target_ids[self.i, draft_id]))
+        self.parent.append(parent)
+        self.score.append(score)
+        self.depth.append(depth)
+        c = len(self.tok) - 1
+        self.hidden_of[c], self.row_of_parent[c] = hidden, row
+        return c
+
+    def root_level(self, root: int, feat: torch.Tensor) -> list[int]:
+        """Level 1: the root's top-k children; returns them (the first frontier)."""
+        logp, out = self.forward([root], self.pool.features(feat[None], [self.i]), True, [0], [-1])
+        top = torch.topk(logp[0], self.kk)
+        root_out = out[:, 0:1]
+        return [self._add(d, -1, s, 1, root_out, 0) for s, d in zip(top.values.tolist(), top.indices.tolist())]
+
+    def next_level(self, frontier: list[int]) -> list[int]:
+        """Expand the frontier (one head forward); returns the k best new candidates (the next frontier)."""
+        hid = torch.cat([self.hidden_of[c] for c in frontier], dim=1)
+        base = self.n_rows
+        logp, out = self.forward([self.tok[c] for c in frontier], hid, False, [self.depth[c] for c in frontier],
+                                 [self.row_of_parent[c] for c in frontier])
+        top = torch.topk(logp, self.kk, dim=-1)
+        scores = torch.tensor([self.score[c] for c in frontier])[:, None] + top.values
+        new_ids = [self._add(int(top.indices[fi, j]), c, float(scores[fi, j]), self.depth[c] + 1, out[:, fi : fi + 1],
+                             base + fi)
+                   for fi, c in enumerate(frontier) for j in range(self.kk)]
+        return sorted(new_ids, key=lambda c: -self.score[c])[: self.topk]
+
+    def keep(self, root: int, num_draft_tokens: int) -> DraftTree:
+        """The ``num_draft_tokens`` best candidates, ancestor-closed, as verification rows.
+
+        Ties go shallower first, then older; the root's top-k children are always kept, so level-1
+        acceptance is exactly the tree γ (Theorem 2 of the HedgeSpec paper).
+        """
+        order = sorted(range(len(self.tok)), key=lambda c: (self.depth[c] > 1, -self.score[c], self.depth[c], c))
+        chosen: list[int] = []
+        taken: set[int] = set()
+        for c in order:
+            if len(chosen) >= num_draft_tokens:
+                break
+            if self.parent[c] == -1 or self.parent[c] in taken:
+                chosen.append(c)
+                taken.add(c)
+        # rows: sort by (depth, score desc) so parents precede children and siblings are score-ordered
+        chosen.sort(key=lambda c: (self.depth[c], -self.score[c], c))
+        row_of = {c: r + 1 for r, c in enumerate(chosen)}
+        return DraftTree(
+            tokens=[root] + [self.tok[c] for c in chosen],
+            parents=[-1] + [0 if self.parent[c] == -1 else row_of[self.parent[c]] for c in chosen],
+            depth=[0] + [self.depth[c] for c in chosen],
+        )
+
+
+@torch.no_grad()
+def draft_tree(pool: DrafterPool, i: int, root: int, feat: torch.Tensor, emb_fn, decoding: DecodingConfig,
+               upto: int | None = None) -> DraftTree:
+    """EAGLE dynamic tree from head ``i`` (module docstring); scores use log-softmax of the draft logits.
+
+    ``upto``: draft from a round start with that many committed rows (the full-counterfactual trace).
+    """
+    tree = _TreeDraft(pool, i, pool.length if upto is None else upto, emb_fn, decoding.topk)
+    frontier = tree.root_level(root, feat)
+    for _level in range(2, decoding.num_steps + 1):
+        frontier = tree.next_level(frontier)
+    return tree.keep(root, decoding.num_draft_tokens)

@@ -15,7 +15,8 @@ r(c_j); on rejection set r ← r with c_j removed, renormalised; if every child 
 from the final r. Losslessness, by induction over the children: trying c with proposal δ_c outputs c with
 probability r(c), and otherwise continues with r restricted to x ≠ c and renormalised, so the output law
 is r(c)·δ_c + (1 − r(c))·r(·|x ≠ c) = r. An accepted child's subtree repeats the rule with p at that
-child. The node's total acceptance probability is Σ_j p(c_j), i.e. γ_tree of SPEC §1 Thm 2.
+child. The node's total acceptance probability is Σ_j p(c_j), i.e. the tree γ of Theorem 2 of the HedgeSpec
+paper ("Not-a-Bandit", target mass of the drafter's top-k children).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from collections.abc import Sequence
 
 import torch
 
+from hedgespec.decoding import SamplingParams
 
-def target_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+
+def target_probs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
     """Plain-sampling distribution: softmax(logits / T) restricted to the top-k, then to the top-p nucleus.
 
     Same order and tie rules as transformers' Temperature → TopK → TopP warpers: top-k keeps every token
@@ -47,6 +50,11 @@ def target_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p
     return x.softmax(-1)
 
 
+def sampling_probs(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """:func:`target_probs` with a request's settings (``sampling.temperature`` must be > 0)."""
+    return target_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+
+
 def check_finite(logits: torch.Tensor, what: str) -> None:
     if not bool(torch.isfinite(logits).all()):
         raise ValueError(f"{what} produced non-finite (NaN/inf) logits; check the model weights and dtype")
@@ -61,7 +69,9 @@ def verify_chain_greedy(draft: Sequence[int], target_argmax: Sequence[int]) -> t
     return a, int(target_argmax[a])
 
 
-def verify_chain_sample(draft: Sequence[int], q: torch.Tensor, p: torch.Tensor, gen: torch.Generator) -> tuple[int, int]:
+def verify_chain_sample(
+    draft: Sequence[int], q: torch.Tensor, p: torch.Tensor, gen: torch.Generator
+) -> tuple[int, int]:
     """Leviathan/Chen rejection: q [K, V] draft laws the drafts came from, p [K+1, V] target laws."""
     for j, d in enumerate(draft):
         d = int(d)
@@ -75,7 +85,9 @@ def verify_chain_sample(draft: Sequence[int], q: torch.Tensor, p: torch.Tensor, 
 
 
 # ----------------------------------------------------------------------------------------- tree
-def verify_tree_greedy(children: Sequence[Sequence[int]], tokens: Sequence[int], target_argmax: Sequence[int]) -> tuple[list[int], int]:
+def verify_tree_greedy(
+    children: Sequence[Sequence[int]], tokens: Sequence[int], target_argmax: Sequence[int]
+) -> tuple[list[int], int]:
     """Walk from the root (row 0): move to the child whose token is argmax p at the current row.
 
     ``children[r]`` lists rows (1-based node rows; row 0 = root) under row r; ``tokens[r]`` the row's token.
@@ -92,7 +104,9 @@ def verify_tree_greedy(children: Sequence[Sequence[int]], tokens: Sequence[int],
         row = nxt
 
 
-def verify_tree_sample(children: Sequence[Sequence[int]], tokens: Sequence[int], p: torch.Tensor, gen: torch.Generator) -> tuple[list[int], int]:
+def verify_tree_sample(
+    children: Sequence[Sequence[int]], tokens: Sequence[int], p: torch.Tensor, gen: torch.Generator
+) -> tuple[list[int], int]:
     """Sequential target-only rejection over siblings (module docstring); p [rows, V]."""
     path: list[int] = []
     row = 0

@@ -1,0 +1,44 @@
+"""Typed decoding settings for engine tests, built from the shipped config values.
+
+:func:`decoding` reads ``conf/decoding/<mode>.yaml`` and :func:`sampling` ``conf/sampling/greedy.yaml`` (the
+values a composed run uses), then applies the test's overrides, so call sites stay one short expression.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hedgespec.decoding import DecodingConfig, SamplingParams
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _yaml(*parts: str) -> dict[str, Any]:
+    return yaml.safe_load(CONF.joinpath(*parts).read_text())
+
+
+def decoding(mode: str, num_steps: int | None = None, topk: int | None = None,
+             num_draft_tokens: int | None = None) -> DecodingConfig:
+    """``conf/decoding/<mode>.yaml`` at depth ``num_steps``; ``topk`` / ``num_draft_tokens`` apply to a tree.
+
+    A chain keeps its own values (topk 1, K + 1 rows), so a test parametrized over the mode passes the tree
+    settings either way. A mode with no file (e.g. ``"beam"``) takes the chain's values, so
+    :class:`DecodingConfig` rejects the mode itself (error-message tests).
+    """
+    path = CONF / "decoding" / f"{mode}.yaml"
+    raw = _yaml("decoding", path.name) if path.is_file() else {**_yaml("decoding", "chain.yaml"), "mode": mode}
+    over = {"num_steps": num_steps}
+    if raw["mode"] == "tree":
+        over.update(topk=topk, num_draft_tokens=num_draft_tokens)
+    return DecodingConfig.from_dict({**raw, **{k: v for k, v in over.items() if v is not None}})
+
+
+def sampling(**over: Any) -> SamplingParams:
+    """``conf/sampling/greedy.yaml`` (seed None) with ``over`` applied, e.g. ``temperature=0.8, seed=3``."""
+    return SamplingParams.from_dict({**_yaml("sampling", "greedy.yaml"), "seed": None, **over})
+
+
+GREEDY = sampling()
