@@ -1,4 +1,4 @@
-"""Benchmark one drafter selector on one workload (issue 7): MAT, tokens/s, target forwards per token, regret,
+"""Benchmark one drafter selector on one workload: MAT, tokens/s, target forwards per token, regret,
 selection overhead; results.json + results.md + PNGs in the run dir.
 
     python scripts/bench.py pool=tiny selector=hedgespec workload=prompts            # tiny CPU check, seconds
@@ -11,6 +11,8 @@ selection overhead; results.json + results.md + PNGs in the run dir.
 
 Selectors: hedgespec, hedgespec_eal, eagle, fixed (fixed=<domain>), ucbspec, exp3spec, metasd, router, oracle.
 Workloads: mixed, domain (domain=<d>), ood, shift, prompts. Backends: engine, server. logger=wandb runs offline.
+Decoding: decoding=chain|tree (decoding.num_steps=K, decoding.topk, decoding.num_draft_tokens);
+sampling: sampling=greedy (sampling.temperature=0.7 sampling.top_p=0.95 to sample).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Generate with the reference speculative engine (PyTorch, CPU-friendly) and print text + stats.
 
     python scripts/generate.py target=tiny pool=tiny selector=hedgespec             # tiny random target, seconds
-    python scripts/generate.py target=tiny pool=tiny selector=eagle mode=tree       # Fixed generalist, tree drafts
-    python scripts/generate.py target=tiny pool=tiny selector=ucbspec temperature=0.8 seed=3
+    python scripts/generate.py target=tiny pool=tiny selector=eagle decoding=tree   # Fixed generalist, tree drafts
+    python scripts/generate.py target=tiny pool=tiny selector=ucbspec sampling.temperature=0.8 seed=3
     python scripts/generate.py target=tiny pool=tiny trace.path=$PWD/trace.jsonl trace.full_counterfactual=true
 
 Writes results.json into the Hydra run dir (outputs/generate/<time>/).

@@ -55,4 +55,4 @@ def test_replay_bad_input(tmp_path):
         sub_pool(["general", "a"], 9)
     trace = tmp_path / "live.jsonl"
     with pytest.raises(ValueError, match="temperature=0"):
-        run_bench(compose_bench(BASE + ["selector=eagle", f"trace={trace}", "temperature=0.7"]), **inject())
+        run_bench(compose_bench(BASE + ["selector=eagle", f"trace={trace}", "sampling.temperature=0.7"]), **inject())

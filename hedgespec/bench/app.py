@@ -2,26 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from hedgespec.bench.report import run_table, write_run
 from hedgespec.bench.runners import run_bench
+from hedgespec.io import portable_paths, write_json_atomic
+from hedgespec.tracking import make_logger
 
 
 def note_trace(trace: str | Path, res: Mapping[str, Any]) -> Path:
     """Record next to a trace file (``<trace>.meta.json``) which pool and commands appended to it (read by replay)."""
-    import json
-
-    from hedgespec.bench.report import write_json_atomic
-
     meta_path = Path(str(trace) + ".meta.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"pool": res["pool"]["name"], "commands": []}
     if meta.get("pool") != res["pool"]["name"]:
         raise ValueError(f"trace {trace} already holds requests of pool {meta.get('pool')!r}, not {res['pool']['name']!r}")
-    from hedgespec.bench.runners import portable_paths
-
     meta["commands"].append(portable_paths(res["command"]))
     return write_json_atomic(meta, meta_path)
 
@@ -33,17 +33,11 @@ def bench_main(cfg: Mapping[str, Any], run_dir: str | Path, command: str | None 
     ``selector_choice`` is the ``selector=`` group option (used as the label of configs without one, e.g.
     ``hedgespec_eal``); ``inject`` may pass ``model``, ``tokenizer``, ``drafters`` (tests).
     """
-    from tqdm.auto import tqdm
-
-    from hedgespec.tracking import make_logger
-
     cfg = dict(cfg)
     if selector_choice and not (cfg.get("selector") or {}).get("label") and selector_choice != (cfg.get("selector") or {}).get("name"):
         cfg["selector"] = {**cfg["selector"], "label": selector_choice}
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    import sys
-
     bar = tqdm(desc="bench", unit="req", disable=not cfg.get("progress", True) or not sys.stderr.isatty())
     res = run_bench(cfg, command=command, progress=lambda j, rec: bar.update(1), **inject)
     bar.close()
