@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import shutil
 
-import pytest
-
 from _bench_helpers import FIXTURES, REPO
-from hedgespec.bench.report import FIGURES, collection_table, load_results, results_markdown, write_run
+
+from hedgespec.bench.report import FIGURES, load_results, results_markdown, write_run
 
 RESULTS = FIXTURES / "results"
 
@@ -44,7 +43,7 @@ def test_collect_table_and_figures(tmp_path, capsys):
     ea = [r for r in runs if r["workload"] == "prompts" and r["selector"] == "eagle"]
     ratio = mean / (sum(r["aggregate"]["mat"] for r in ea) / 2)
     assert f"{ratio:.3f} |" in table.split("| tiny | prompts | engine | hedgespec |")[1].splitlines()[0]
-    assert "## Goals (issue 7)" in table and "HedgeSpec MAT ≥ 0.97 × oracle" in table
+    assert "## Reproduction goals, measured ratios" in table and "HedgeSpec MAT ≥ 0.97 × oracle" in table
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert len(summary["runs"]) == 17 and summary["goals"]
     for key in ("tiny_prompts_engine", "tiny_mixed_engine", "tiny_shift_engine"):
@@ -67,9 +66,10 @@ def test_results_markdown_awaits_trained_pool_and_uses_simulator(tmp_path):
         shutil.copy(REPO / "docs" / "results" / f, tmp_path / f)
     shutil.copy(RESULTS / "tiny_prompts_oracle_s0.json", tmp_path / "bench_tiny_oracle.json")
     text = results_markdown(tmp_path)
-    assert "5.69 / 74.34" in text and "7.15 / 90.41" in text  # SPEC §8 next to ours
+    assert "5.69 / 74.34" in text and "7.15 / 90.41" in text  # the paper's main table next to ours
     assert "awaits the trained pool" in text.lower()
-    assert "python scripts/simulate.py experiment=scaling" in text and "python scripts/simulate.py experiment=regret" in text
+    assert "python scripts/simulate.py experiment=scaling" in text
+    assert "python scripts/simulate.py experiment=regret" in text
     scal = json.loads((tmp_path / "sim_scaling.json").read_text())["results"]
     assert f"{scal['hedgespec']['56']['mat']:.2f} / {scal['hedgespec']['56']['avg_regret']:.4f}" in text
     assert "python scripts/bench_learners.py" in text

@@ -1,8 +1,9 @@
-"""Benchmark metrics (SPEC §7), per request and aggregated, and the result-JSON schema.
+"""Benchmark metrics (the paper's MAT, throughput, regret and overhead), per request and aggregated, and the
+result-JSON schema.
 
 Per request (``request_metrics``):
 
-* ``mat``: tokens emitted by verification rounds / rounds (accepted drafts + bonus; SPEC §7).
+* ``mat``: tokens emitted by verification rounds / rounds (accepted drafts + bonus).
 * ``tokens_per_s``: generated tokens / wall time of the whole request (prefill included), batch 1.
 * ``target_forwards_per_token``: (1 prefill + rounds) / (1 + generated): target calls per output token,
   1.0 for plain autoregressive decoding, ≈ 1/MAT for long requests.
@@ -165,6 +166,18 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def mean_curve(curves: Sequence[Sequence[float]]) -> np.ndarray:
+    """Mean over requests of cumulative-regret curves of different lengths (at t: requests with ≥ t tokens)."""
+    curves = [np.asarray(c, dtype=float) for c in curves if c is not None and len(c)]
+    if not curves:
+        return np.zeros(0)
+    t = max(len(c) for c in curves)
+    m = np.full((len(curves), t), np.nan)
+    for j, c in enumerate(curves):
+        m[j, : len(c)] = c
+    return np.nanmean(m, axis=0)
+
+
 def per_domain(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     doms: dict[str, list[Mapping[str, Any]]] = {}
     for r in records:
@@ -182,6 +195,11 @@ _AGG = ("n_requests", "generated", "rounds", "mat", "tokens_per_s", "target_forw
         "selection_overhead", "oracle_mat", "mat_vs_oracle")
 _REQ = ("request_id", "domain", "generated", "rounds", "mat", "wall_s", "tokens_per_s", "target_forwards_per_token",
         "regret", "avg_regret", "best_drafter", "histogram", "selection_overhead")
+
+
+def _max_k(decoding: Mapping[str, Any]) -> float:
+    """Draft steps per round (``num_steps``, or the older ``k``): a round emits at most K+1 tokens."""
+    return float(decoding.get("num_steps", decoding.get("k", 1e9)))
 
 
 def validate_result(res: Mapping[str, Any]) -> None:
@@ -209,5 +227,5 @@ def validate_result(res: Mapping[str, Any]) -> None:
                 raise ValueError(f"bench result requests[{j}] lacks field {key!r}")
         if len(r["histogram"]) != n or sum(r["histogram"]) != r["rounds"]:
             raise ValueError(f"bench result requests[{j}].histogram must have {n} counts summing to rounds")
-        if r["rounds"] and not 1.0 <= r["mat"] <= float(res["decoding"].get("k", 1e9)) + 1.0 + 1e-9:
+        if r["rounds"] and not 1.0 <= r["mat"] <= _max_k(res["decoding"]) + 1.0 + 1e-9:
             raise ValueError(f"bench result requests[{j}].mat={r['mat']} outside [1, K+1]")

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from hedgespec.bench.report import mean_curve
-from hedgespec.bench.runners import portable_paths
+from hedgespec.bench.metrics import mean_curve
+from hedgespec.io import portable_paths
 from hedgespec.selectors import make_selector
 from hedgespec.sim.greedy import best_fixed_mat, replay_greedy
 from hedgespec.sim.replay import load_trace
@@ -40,7 +40,8 @@ REPLAY_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
 
 def sub_pool(names: Sequence[str], n: int, generalist: str = "general") -> list[int]:
     """Column indices of an N-drafter sub-pool: the generalist first, then the others in pool order."""
-    order = ([names.index(generalist)] if generalist in names else []) + [i for i, x in enumerate(names) if x != generalist]
+    order = [names.index(generalist)] if generalist in names else []
+    order += [i for i, x in enumerate(names) if x != generalist]
     if not 1 <= n <= len(order):
         raise ValueError(f"sub-pool size {n} must be in [1, {len(order)}] for the traced pool {list(names)}")
     return order[:n]
@@ -48,14 +49,15 @@ def sub_pool(names: Sequence[str], n: int, generalist: str = "general") -> list[
 
 def replay_selectors(trace_path: str | Path, sizes: Sequence[int] | None = None, labels: Sequence[str] | None = None,
                      seed: int = 0) -> dict[str, Any]:
-    """Replay ``labels`` (default: all of :data:`REPLAY_SELECTORS`) over sub-pools of ``sizes`` (default: 2, 4, …, N)."""
+    """Replay ``labels`` (default: all of :data:`REPLAY_SELECTORS`) over sub-pools of ``sizes``
+    (default: 2, 4, …, N)."""
     reqs = load_trace(trace_path)
     if not reqs:
         raise ValueError(f"{trace_path}: no requests in the trace")
     inexact = [r.header.get("request_id") for r in reqs if not r.exact]
     if inexact:
-        raise ValueError(f"{trace_path}: requests {inexact[:3]} were traced without full_counterfactual (no exact runs); "
-                         "record traces with `python scripts/bench.py ... trace=<path>`")
+        raise ValueError(f"{trace_path}: requests {inexact[:3]} were traced without full_counterfactual "
+                         "(no exact runs); record traces with `python scripts/bench.py ... trace=<path>`")
     names = list(reqs[0].header["drafters"])
     if any(list(r.header["drafters"]) != names for r in reqs):
         raise ValueError(f"{trace_path}: requests were traced with different pools")
@@ -87,7 +89,8 @@ def replay_selectors(trace_path: str | Path, sizes: Sequence[int] | None = None,
                 rounds += res.rounds
                 regret += float(c[-1])
                 curves.append(c)
-            results[label][str(n)] = {"mat": total / rounds, "avg_regret": regret / total, "oracle_mat": total / oracle_rounds,
+            results[label][str(n)] = {"mat": total / rounds, "avg_regret": regret / total,
+                                      "oracle_mat": total / oracle_rounds,
                                       "regret_curve": [round(float(x), 4) for x in mean_curve(curves)]}
     meta_path = Path(str(trace_path) + ".meta.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}

@@ -3,7 +3,7 @@
 Workloads (``conf/workload/*.yaml``, key ``name``):
 
 * ``mixed``: a shuffled stream of the seven training domains' held-out eval prompts (``n_per_domain`` each);
-  the main-table setting of the paper (SPEC §8).
+  the setting of the paper's main comparison (HedgeSpec vs EAGLE-3 and the bandit baselines).
 * ``domain``: the held-out eval prompts of one domain (``domain=<d>``), e.g. for the Table-1 analog.
 * ``ood``: GSM8K + HumanEval eval prompts (no drafter was trained on them).
 * ``shift``: the ``mixed`` stream rewritten by the prompt-variant transform (``data_recipes.apply_variant``,
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from data_recipes import EVAL_ONLY_DOMAINS, TRAIN_DOMAINS, apply_variant, prepare
+
 WORKLOADS = ("mixed", "domain", "ood", "shift", "prompts")
-#: the seven domains with a trained expert (data_recipes.TRAIN_DOMAINS; repeated here so reading a workload
-#: config does not import the recipes)
-TRAIN_DOMAINS = ("python", "math", "biology", "chemistry", "medqa", "cnndm", "sql")
-OOD_DOMAINS = ("gsm8k", "humaneval")
+#: the eval-only (out-of-domain) domains; ``TRAIN_DOMAINS`` (imported above) are the seven with a trained expert
+OOD_DOMAINS: tuple[str, ...] = EVAL_ONLY_DOMAINS
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,6 @@ def _ensure_domain(data: Mapping[str, Any], domain: str, split: str = "eval") ->
     if path.is_file():
         return path
     if data.get("prepare_missing") and not path.parent.exists():
-        from data_recipes import prepare  # lazy: only when data must be built
-
         print(f"[bench] {path.parent} is missing; preparing domain={domain} (source={data['source']})")
         prepare(domain, source=data["source"], data_dir=data["dir"], seed=int(data.get("seed", 0)))
         if path.is_file():
@@ -112,7 +110,8 @@ def load_workload(cfg: Mapping[str, Any], data: Mapping[str, Any], seed: int = 0
             if isinstance(p, str):
                 reqs.append(BenchRequest(f"prompt-{j}", p, str(cfg.get("domain") or "unknown")))
             else:
-                reqs.append(BenchRequest(str(p.get("id", f"prompt-{j}")), str(p["prompt"]), str(p.get("domain", "unknown"))))
+                rid = str(p.get("id", f"prompt-{j}"))
+                reqs.append(BenchRequest(rid, str(p["prompt"]), str(p.get("domain", "unknown"))))
     elif name == "domain":
         dom = cfg.get("domain")
         if not dom:
@@ -126,10 +125,10 @@ def load_workload(cfg: Mapping[str, Any], data: Mapping[str, Any], seed: int = 0
         if name in ("mixed", "shift") and cfg.get("shuffle", True):
             random.Random(f"bench-stream-{seed}").shuffle(reqs)  # shift = the mixed stream, same order
         if name == "shift":
-            from data_recipes import apply_variant  # the recipes' own transform (Table 4)
-
+            # the recipes' own prompt-variant transform (paper Table 4)
             variant = str(cfg.get("variant") or "two_answers")
-            reqs = [BenchRequest(r.request_id + f"@{variant}", apply_variant(r.prompt, variant, seed), r.domain) for r in reqs]
+            reqs = [BenchRequest(r.request_id + f"@{variant}", apply_variant(r.prompt, variant, seed), r.domain)
+                    for r in reqs]
     limit = cfg.get("max_requests")
     if limit is not None:
         reqs = reqs[: int(limit)]

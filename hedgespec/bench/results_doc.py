@@ -1,0 +1,415 @@
+"""``docs/RESULTS.md`` from the committed small result JSON under ``docs/results/`` (``scripts/report.py results``).
+
+Every number is read from a committed file and shown next to the command that produced it, side by side with
+the paper's. The words live in ``templates/RESULTS.md.tmpl`` (one ``document`` block with a ``$<section>`` line
+per section below, and the blocks those sections use), the paper's numbers, each with its table or figure, in
+``paper_numbers.yaml``; this module only decides which pieces apply and formats the tables:
+
+* ``table1`` — every fixed drafter's pooled MAT per domain (paper Table 1 analog, ``table1_<d>.json``);
+* ``main_table`` — the mixed workload per selector, the reproduction goals, where the ratios differ from the
+  paper's, and the ``ood`` / ``shift`` workloads;
+* ``sim`` — simulator scaling / regret (Fig 5a/5b analogs), learner cost, exact replays of engine traces;
+* ``overhead`` — measured selection overhead and the engine micro-benchmark's profile estimate;
+* ``table4`` — the offline router's accuracy under the prompt shift (Table 4 analog);
+* ``pipeline`` — runs on other pools than the embedded one (pipeline checks).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import yaml
+
+from hedgespec.bench.collect import load_results_dir
+from hedgespec.bench.tables import (
+    MAT_GOALS,
+    OVERHEAD_GOAL,
+    cmd_cell,
+    collection_table,
+    fmt,
+    goals,
+    met_word,
+    pooled_fixed_mats,
+    probe_runs,
+)
+
+TEMPLATE_PATH = Path(__file__).parent / "templates" / "RESULTS.md.tmpl"
+PAPER_NUMBERS_PATH = Path(__file__).parent / "paper_numbers.yaml"
+#: scripts/simulate.py's defaults: :func:`sim_command` spells out only the config values that differ
+SIM_DEFAULTS = {"mode": "sampling", "k": 7, "n_requests": 42, "length": 256, "vocab": 48, "seed": 0}
+#: (title, file under docs/results/) of the simulator's scaling experiments
+SIM_SCALING = (("Simulator, sampling (Fig 5b analog)", "sim_scaling.json"),
+               ("Simulator, greedy", "sim_scaling_greedy.json"))
+#: fields of a scripts/bench_engine.py result that the profile estimate reads
+ENGINE_PROFILE_KEYS = ("pool", "dims", "context", "k", "rows", "device", "dtype", "threads", "draft_vocab",
+                       "target_verify_s", "drafter_forward_s", "drafter_x_target_verify")
+
+
+# ------------------------------------------------------------------------- template and data
+def load_paper_numbers(path: str | Path = PAPER_NUMBERS_PATH) -> dict[str, Any]:
+    """The paper's reference numbers (``paper_numbers.yaml``)."""
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+
+
+def paper_values(paper: Mapping[str, Any]) -> dict[str, Any]:
+    """Template values: ``<group>_<name>`` for every entry with a ``value``, and ``main_target``."""
+    out: dict[str, Any] = {"main_target": paper["main"]["target"]}
+    for group, entries in paper.items():
+        for name, entry in (entries.items() if isinstance(entries, dict) else ()):
+            if isinstance(entry, dict) and "value" in entry:
+                out[f"{group}_{name}"] = entry["value"]
+    return out
+
+
+def load_blocks(path: str | Path = TEMPLATE_PATH) -> dict[str, str]:
+    """The template's ``[[name]]`` blocks (text up to the next marker, trailing blank lines dropped)."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in Path(path).read_text(encoding="utf-8").split("\n"):
+        if line.startswith("[[") and line.endswith("]]") and line[2:-2].isidentifier():
+            current = blocks.setdefault(line[2:-2], [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(lines).rstrip("\n") for name, lines in blocks.items()}
+
+
+def fill(text: str, sections: Mapping[str, Sequence[str]], values: Mapping[str, Any]) -> list[str]:
+    """``text``'s lines with values substituted; a line holding only ``$<section>`` becomes that section's lines."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if line.startswith("$") and line[1:] in sections:
+            out += sections[line[1:]]
+        else:
+            out.append(Template(line).substitute(values))
+    return out
+
+
+def _load_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+@dataclass
+class ResultsDoc:
+    """What the sections read: the committed results, the embedded pool's name, the paper and the words."""
+
+    results_dir: Path
+    pool: str
+    bench: list[dict[str, Any]]
+    paper: dict[str, Any]
+    blocks: dict[str, str]
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, results_dir: str | Path, pool: str) -> ResultsDoc:
+        paper = load_paper_numbers()
+        doc = cls(Path(results_dir), pool, load_results_dir(results_dir), paper, load_blocks())
+        doc.values = paper_values(paper) | {"pool": pool, "overhead_goal": f"{OVERHEAD_GOAL:.0%}"}
+        return doc
+
+    @property
+    def emb(self) -> list[dict[str, Any]]:
+        """Bench results on the embedded pool."""
+        return [r for r in self.bench if r["pool"]["name"] == self.pool]
+
+    @property
+    def other(self) -> list[dict[str, Any]]:
+        """Bench results on other pools (pipeline checks)."""
+        return [r for r in self.bench if r["pool"]["name"] != self.pool]
+
+    def say(self, block: str, **values: Any) -> str:
+        """The template block ``block`` filled with the paper's numbers, the pool and ``values``."""
+        return Template(self.blocks[block]).substitute(self.values, **values)
+
+    def json(self, name: str) -> Any:
+        """``docs/results/<name>`` parsed, or ``None`` when it is not there."""
+        return _load_json(self.results_dir / name)
+
+    def paper_main(self, selector: str) -> tuple[float, float] | None:
+        """The paper's (MAT, tok/s) of ``selector`` in the main table, if it has a row there."""
+        e = self.paper["main"]["selectors"].get(selector)
+        return (e["mat"], e["tokens_per_s"]) if e else None
+
+
+def results_markdown(results_dir: str | Path, embedded_pool: str = "smollm2") -> str:
+    """Generate ``docs/RESULTS.md`` text from the JSON under ``results_dir`` (see module doc)."""
+    doc = ResultsDoc.load(results_dir, embedded_pool)
+    sections = {"table1": table1_section(doc), "main_table": main_section(doc), "sim": sim_section(doc),
+                "overhead": overhead_section(doc), "table4": table4_section(doc), "pipeline": pipeline_section(doc)}
+    return "\n".join(fill(doc.blocks["document"], sections, doc.values))
+
+
+# ---------------------------------------------------------------------------------- Table 1
+def table1_section(doc: ResultsDoc) -> list[str]:
+    """Pooled MAT of every fixed drafter per probed domain, or the command that produces it."""
+    t1 = probe_runs(doc.emb)
+    if not t1:
+        return [doc.say("table1_awaits")]
+    names = t1[0]["pool"]["drafters"]
+    rows = ["| workload | " + " | ".join(names) + " | command |", "|---" * (len(names) + 2) + "|"]
+    for r in sorted(t1, key=lambda r: r["workload"]):
+        mats = " | ".join(f"{m:.2f}" for m in pooled_fixed_mats(r["requests"]))
+        rows.append(f"| {r['workload']} | {mats} | {cmd_cell(r)} |")
+    return rows
+
+
+# ------------------------------------------------------------------------------- main table
+def main_section(doc: ResultsDoc) -> list[str]:
+    """Rows of the main table (mixed workload), the goals and commentary, then the other workloads."""
+    main = [r for r in doc.emb if r["workload"] == "mixed"]
+    lines = [_main_row(doc, r) for r in sorted(main, key=lambda r: r["selector"])]
+    if main:
+        lines += _goal_lines(doc, main) + main_commentary(doc, main)
+    other_wl = [r for r in doc.emb if r["workload"] in ("ood", "shift")]
+    if other_wl:
+        lines += _other_workloads(doc, other_wl)
+    else:
+        for s, e in doc.paper["main"]["selectors"].items():
+            lines.append(doc.say("main_awaits_row", selector=s, paper=f"{e['mat']} / {e['tokens_per_s']}"))
+        targets = "; ".join(f"{t}: " + ", ".join(f"{s} {e['mat']} / {e['tokens_per_s']}" for s, e in by.items())
+                            for t, by in doc.paper["other_targets"].items())
+        lines += ["", doc.say("other_paper_targets", targets=targets)]
+    return lines
+
+
+def _main_row(doc: ResultsDoc, r: Mapping[str, Any]) -> str:
+    p = doc.paper_main(r["selector"])
+    a = r["aggregate"]
+    return (f"| {r['selector']} | {f'{p[0]} / {p[1]}' if p else '–'} | {fmt(a['mat'])} | {fmt(a['tokens_per_s'], 1)} | "
+            f"{fmt(a['target_forwards_per_token'], 3)} | {fmt(a['avg_regret'], 4)} | "
+            f"{fmt(a['selection_overhead'], pct=True)} | {cmd_cell(r)} |")
+
+
+def _goal_lines(doc: ResultsDoc, main: Sequence[Mapping[str, Any]]) -> list[str]:
+    g = goals(main)
+    if not g:
+        return []
+    return ["", doc.say("goals_intro"), ""] + [
+        f"- {x['goal']}: measured {fmt(x['ratio'], 3)} ({met_word(x['met'], 'met', 'missed', 'n/a')})" for x in g]
+
+
+def main_commentary(doc: ResultsDoc, main: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where the main-table ratios differ from the paper's, say by how much and what bounds them (measured)."""
+    mats = {r["selector"]: r["aggregate"]["mat"] for r in main}
+    h, e = mats.get("hedgespec"), mats.get("eagle")
+    if not (h and e):
+        return []
+    paper_h = doc.paper_main("hedgespec")[0]
+    out = ["", doc.say("ratio_vs_generalist", here=f"{h / e:.3f}", paper=f"{paper_h / doc.paper_main('eagle')[0]:.3f}")]
+    o = mats.get("oracle")
+    if o:
+        out[-1] += " " + doc.say("oracle_reach", oracle_x=f"{o / e:.3f}", reach=f"{h / o:.3f}")
+        goal = dict(MAT_GOALS)["eagle"]
+        if h / e < goal and o / e < 1.3:  # even the oracle is barely above the generalist on this pool
+            out += ["", doc.say("verdict_generalist_out_of_reach", goal=goal, oracle_x=f"{o / e:.2f}")]
+    for b in ("ucbspec", "exp3spec"):
+        if mats.get(b):
+            out.append(doc.say("ratio_vs_bandit", bandit=b, here=f"{h / mats[b]:.3f}",
+                               paper=f"{paper_h / doc.paper_main(b)[0]:.3f}"))
+    return out
+
+
+def _other_workloads(doc: ResultsDoc, runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    head = ["", doc.say("other_workloads_heading"), "",
+            "| workload | selector | MAT | tok/s | avg regret / token | selection overhead | command |",
+            "|---" * 7 + "|"]
+    return head + [f"| {r['workload']} | {r['selector']} | {fmt(r['aggregate']['mat'])} | "
+                   f"{fmt(r['aggregate']['tokens_per_s'], 1)} | {fmt(r['aggregate']['avg_regret'], 4)} | "
+                   f"{fmt(r['aggregate']['selection_overhead'], pct=True)} | {cmd_cell(r)} |"
+                   for r in sorted(runs, key=lambda r: (r["workload"], r["selector"]))]
+
+
+# ------------------------------------------------------------------------- Fig 5a / 5b, cost
+def sim_command(d: Mapping[str, Any]) -> str:
+    """The scripts/simulate.py command that reproduces a committed simulator result (from its stored config)."""
+    c = d.get("config", {})
+    args = [f"experiment={d.get('experiment', c.get('experiment'))}"]
+    args += [f"{k}={c[k]}" for k, v in SIM_DEFAULTS.items() if k in c and c[k] != v]
+    return "python scripts/simulate.py " + " ".join(args)
+
+
+def sim_section(doc: ResultsDoc) -> list[str]:
+    """Simulator scaling and regret tables, the learner cost, and exact replays of engine traces."""
+    out: list[str] = []
+    for title, fname in SIM_SCALING:
+        out += _sim_scaling(doc, title, fname)
+    return out + _sim_regret(doc) + _learner_cost(doc) + _engine_replays(doc)
+
+
+def _mat_regret_cells(by: Mapping[str, Mapping[str, Any]], ns: Sequence[str]) -> list[str]:
+    return [f"{by[n]['mat']:.2f} / {by[n]['avg_regret']:.4f}" if n in by else "" for n in ns]
+
+
+def _sim_scaling(doc: ResultsDoc, title: str, fname: str) -> list[str]:
+    d = doc.json(fname)
+    if d is None:
+        return [doc.say("sim_missing", title=title, file=fname), ""]
+    res, c = d["results"], d["config"]
+    ns = sorted({n for by in res.values() for n in by}, key=int)
+    out = [doc.say("sim_scaling_title", title=title, command=sim_command(d), file=fname, k=c["k"],
+                   n_requests=c["n_requests"], length=c["length"]), "",
+           "| selector | " + " | ".join(f"N={n}: MAT / avg regret" for n in ns) + " | regret growth N=7→max |",
+           "|---" * (len(ns) + 2) + "|"]
+    for label, by in res.items():
+        gr = d.get("growth", {}).get(label)
+        growth = fmt(gr["growth"]) + "×" if gr else "–"
+        out.append(f"| {label} | " + " | ".join(_mat_regret_cells(by, ns)) + f" | {growth} |")
+    return out + [""]
+
+
+def _sim_regret(doc: ResultsDoc) -> list[str]:
+    reg = doc.json("sim_regret.json")
+    if reg is None:
+        return [doc.say("sim_regret_missing"), ""]
+    n = next(iter(next(iter(reg["results"].values()))))
+    out = [doc.say("sim_regret_title", length=reg["config"]["length"], command=sim_command(reg), n=n), "",
+           "| selector | final cumulative regret (mean over requests) | avg regret / token | MAT |",
+           "|---|---|---|---|"]
+    for label, by in reg["results"].items():
+        m = by[n]
+        curve = m.get("regret_curve") or []
+        out.append(f"| {label} | {fmt(curve[-1] if curve else None)} | {fmt(m['avg_regret'], 4)} | {fmt(m['mat'])} |")
+    return out + [""]
+
+
+def _learner_cost(doc: ResultsDoc) -> list[str]:
+    learners = doc.json("bench_learners.json")
+    if learners is None:
+        return []
+    ns = next(iter(learners["results"].values()))
+    out = [doc.say("learner_cost_title", unit=learners.get("unit"), steps=learners.get("steps")), "",
+           "| learner | " + " | ".join(f"N={n}" for n in ns) + " |", "|---" * (1 + len(ns)) + "|"]
+    for name, by in learners["results"].items():
+        out.append(f"| {name} | " + " | ".join(f"{v:.1f} µs" for v in by.values()) + " |")
+    return out + [""]
+
+
+def _engine_replays(doc: ResultsDoc) -> list[str]:
+    out: list[str] = []
+    have_embedded = False
+    for f in sorted(doc.results_dir.glob("engine_replay*.json")):
+        d = _load_json(f)
+        if not isinstance(d, dict) or d.get("format") != "hedgespec.bench.replay":
+            continue
+        have_embedded |= d.get("pool") == doc.pool
+        out += _engine_replay(doc, d, f.name)
+    if not have_embedded:
+        out += [doc.say("replay_awaits"), ""]
+    return out
+
+
+def _engine_replay(doc: ResultsDoc, d: Mapping[str, Any], fname: str) -> list[str]:
+    pool = d.get("pool")
+    tag = "" if pool == doc.pool else " " + doc.say("replay_other_pool", trace_pool=pool)
+    commands = d.get("trace_commands")
+    traced_by = doc.say("replay_traced_by", commands=", ".join(f"`{c}`" for c in commands)) if commands else ""
+    ns = [str(n) for n in d["sizes"]]
+    out = [doc.say("replay_title", tag=tag, command=d["command"], file=fname, n_requests=d["n_requests"],
+                   tokens=d["tokens"], k=d["k"], drafters=d["drafters"], traced_by=traced_by), "",
+           "| selector | " + " | ".join(f"N={n}: MAT / avg regret" for n in ns) + " |", "|---" * (len(ns) + 1) + "|"]
+    for label, by in d["results"].items():
+        out.append(f"| {label} | " + " | ".join(f"{by[n]['mat']:.2f} / {by[n]['avg_regret']:.4f}" for n in ns) + " |")
+    return out + [""]
+
+
+# --------------------------------------------------------------------------------- overhead
+def overhead_section(doc: ResultsDoc) -> list[str]:
+    """Measured selection overhead of the embedded engine runs, then each engine micro-benchmark's estimate."""
+    measured = [r for r in doc.emb if r["backend"] == "engine" and r["aggregate"].get("selection_overhead") is not None]
+    if not measured:
+        return [doc.say("overhead_awaits")] + _engine_profiles(doc)
+    out = ["| selector | workload | selection overhead | evaluate / verify | update ms / round | command |",
+           "|---" * 6 + "|"]
+    out += [f"| {r['selector']} | {r['workload']} | {fmt(r['aggregate']['selection_overhead'], pct=True)} | "
+            f"{fmt(r['aggregate'].get('evaluate_x_verify'), 3)} | "
+            f"{fmt(r['aggregate'].get('update_ms_per_round'), 3)} | {cmd_cell(r)} |"
+            for r in sorted(measured, key=lambda r: (r["workload"], r["selector"]))]
+    return out + _engine_profiles(doc)
+
+
+def _engine_profiles(doc: ResultsDoc) -> list[str]:
+    out: list[str] = []
+    for f in sorted(doc.results_dir.glob("bench_engine*.json")):
+        data = _load_json(f)
+        for res in data if isinstance(data, list) else [data]:
+            if not isinstance(res, dict) or any(x not in res for x in ENGINE_PROFILE_KEYS):
+                out += ["", doc.say("engine_profile_skipped", file=f.name)]
+            else:
+                out += _engine_profile(doc, res, f.name)
+    return out
+
+
+def _engine_profile(doc: ResultsDoc, res: Mapping[str, Any], fname: str) -> list[str]:
+    ns = " ".join(str(n) for n in res["pool"])
+    command = (f"python scripts/bench_engine.py --dims {res['dims']} --ns {ns} --context {res['context']} "
+               f"--k {res['k']} --rows {res['rows']} --device {res['device']} --dtype {res['dtype']} "
+               f"--threads {res['threads']} --draft-vocab {res['draft_vocab']} --json docs/results/{fname}")
+    draft = res["k"] * res["drafter_forward_s"]
+    out = ["", doc.say("engine_profile_title", command=command, **{k: res[k] for k in (
+               "dims", "draft_vocab", "device", "dtype", "threads", "k", "rows")}), "",
+           doc.say("engine_profile_times", verify_ms=f"{1e3 * res['target_verify_s']:.1f}",
+                   draft_ms=f"{1e3 * res['drafter_forward_s']:.2f}",
+                   draft_x_verify=f"{res['drafter_x_target_verify']:.3f}"),
+           "", "| N | pool evaluate | × target verify | estimated selection overhead = evaluate / (K·draft + verify + "
+           "evaluate) |", "|---|---|---|---|"]
+    for n, p in res["pool"].items():
+        est = p["evaluate_s"] / (draft + res["target_verify_s"] + p["evaluate_s"])
+        out.append(f"| {n} | {1e3 * p['evaluate_s']:.1f} ms | {p['x_target_verify']:.3f} | {100 * est:.1f}% |")
+    pool = {str(k): v for k, v in res["pool"].items()}
+    if "1" in pool and len(pool) > 1:
+        big = max(pool, key=int)
+        share = pool["1"]["evaluate_s"] / pool[big]["evaluate_s"]
+        out += ["", doc.say("engine_profile_share", big=big, share=f"{100 * share:.0f}")]
+    return out
+
+
+# ---------------------------------------------------------------------------------- Table 4
+def _router_elsewhere(doc: ResultsDoc) -> dict[str, dict[str, Any]]:
+    """Router runs on other pools for the mixed / shift workloads (the classifier carries over)."""
+    return {r["workload"]: r for r in doc.other if r.get("router") and r["workload"] in ("mixed", "shift")}
+
+
+def table4_section(doc: ResultsDoc) -> list[str]:
+    """The router's accuracy and MAT on the embedded pool, its accuracy elsewhere, and the verdict on the shift."""
+    rt = [r for r in doc.emb if r["selector"] == "router"]
+    if rt:
+        out = ["| workload | router accuracy | scored requests | router MAT | command |", "|---|---|---|---|---|"]
+        out += [f"| {r['workload']} | {fmt(r['router'].get('accuracy'), 3)} | {r['router'].get('n_scored')} | "
+                f"{fmt(r['aggregate']['mat'])} | {cmd_cell(r)} |" for r in sorted(rt, key=lambda r: r["workload"])]
+    else:
+        out = [doc.say("table4_awaits")]
+    clf = _router_elsewhere(doc)
+    if clf:
+        out += ["", doc.say("router_elsewhere_intro"), "",
+                "| workload | router accuracy | scored requests | classes | command |", "|---|---|---|---|---|"]
+        out += [f"| {w} | {fmt(r['router'].get('accuracy'), 3)} | {r['router'].get('n_scored')} | "
+                f"{len(r['router'].get('classes') or [])} | {cmd_cell(r)} |" for w, r in sorted(clf.items())]
+    shift = (rt and next((r for r in rt if r["workload"] == "shift"), None)) or clf.get("shift")
+    if shift and (shift["router"].get("accuracy") or 0) > 0.5:
+        out += ["", doc.say("verdict_router_shift", accuracy=fmt(shift["router"]["accuracy"], 3))]
+    return out
+
+
+# -------------------------------------------------------------------------- pipeline checks
+def pipeline_section(doc: ResultsDoc) -> list[str]:
+    """Runs on other pools: the collection table, their router accuracy and the commands."""
+    other = doc.other
+    if not other:
+        return []
+    clf = _router_elsewhere(doc)
+    out = doc.say("pipeline_intro").split("\n") + ["", collection_table(other), ""]
+    ro = [r for r in other if r.get("router") and r["workload"] not in clf]
+    if ro:
+        out += [doc.say("pipeline_router_intro"), "",
+                "| pool | workload | classes | training prompts | accuracy | scored requests | command |",
+                "|---" * 7 + "|"]
+        out += [f"| {r['pool']['name']} | {r['workload']} | {len(r['router'].get('classes') or [])} | "
+                f"{r['router'].get('n_train')} | {fmt(r['router'].get('accuracy'), 3)} | "
+                f"{r['router'].get('n_scored')} | {cmd_cell(r)} |" for r in ro]
+        out.append("")
+    commands = [f"- {cmd_cell(r)}" for r in other if r not in clf.values()]
+    return out + [doc.say("pipeline_commands"), ""] + commands + [""]

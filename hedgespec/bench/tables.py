@@ -1,0 +1,177 @@
+"""Markdown tables and the numbers they pool: one run, a sweep collection, the reproduction goals, the MAT matrix.
+
+* :func:`run_table` — one run's per-domain table (``results.md`` in the run dir).
+* :func:`group_runs` / :func:`seed_mean` / :func:`collection_table` — many runs grouped by (pool, workload,
+  backend, selector), mean ± std over seeds, ratios to the oracle and the generalist (``eagle``).
+* :func:`goals` / :func:`goals_table` — the reproduction goals (HedgeSpec's MAT against the oracle, the
+  generalist and the bandits; the selection overhead) as measured ratios.
+* :func:`pooled_fixed_mats` / :func:`mat_matrix` — every fixed drafter's MAT pooled over a domain's requests
+  (the paper's Table 1 analog), the one pooling rule all reports use.
+
+Pure functions of result dicts (schema :data:`hedgespec.bench.metrics.RESULT_FORMAT`); no files, no plots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+#: (baseline selector, HedgeSpec MAT ≥ ratio × that selector's MAT) — the reproduction goals on MAT
+MAT_GOALS = (("oracle", 0.97), ("eagle", 1.25), ("ucbspec", 1.2), ("exp3spec", 1.2))
+#: the reproduction goal on the selection overhead (share of round time)
+OVERHEAD_GOAL = 0.10
+
+RunKey = tuple[str, str, str, str]
+
+
+def fmt(x: Any, nd: int = 2, pct: bool = False) -> str:
+    """A table cell: ``–`` for a missing value, ``nd`` decimals, or a percentage with one decimal."""
+    if x is None:
+        return "–"
+    if pct:
+        return f"{100 * float(x):.1f}%"
+    return f"{float(x):.{nd}f}"
+
+
+def cmd_cell(r: Mapping[str, Any]) -> str:
+    """The command that produced a result, and the file it lies in (``_path``)."""
+    return f"`{r['command']}` → `{r['_path']}`"
+
+
+# --------------------------------------------------------------------------------- one run
+def run_table(res: Mapping[str, Any]) -> str:
+    """Markdown: one row per domain (and ALL): requests, MAT, tok/s, forwards/token, regret, overhead, oracle."""
+    head = ("| domain | requests | MAT | tok/s | target fwd / token | avg regret / token | selection overhead | "
+            "oracle MAT | MAT / oracle |")
+    rows = [f"**{res['selector']}** on `{res['workload']}` (pool `{res['pool']['name']}`, backend {res['backend']}, "
+            f"seed {res['seed']}): `{res['command']}`", "", head, "|---" * 9 + "|"]
+    items = list(res["per_domain"].items()) + [("**all**", res["aggregate"])]
+    for dom, a in items:
+        rows.append(f"| {dom} | {a['n_requests']} | {fmt(a['mat'])} | {fmt(a['tokens_per_s'], 1)} | "
+                    f"{fmt(a['target_forwards_per_token'], 3)} | {fmt(a['avg_regret'], 4)} | "
+                    f"{fmt(a['selection_overhead'], pct=True)} | {fmt(a['oracle_mat'])} | "
+                    f"{fmt(a['mat_vs_oracle'], 3)} |")
+    if res.get("router"):
+        r = res["router"]
+        rows += ["", f"Router ({r.get('classifier')}, {r.get('n_train')} training prompts, "
+                     f"classes {r.get('classes')}): accuracy {fmt(r.get('accuracy'), 3)} on {r.get('n_scored')} "
+                     "scored requests."]
+    return "\n".join(rows) + "\n"
+
+
+# ------------------------------------------------------------------------------ collections
+def group_runs(results: Sequence[Mapping[str, Any]]) -> dict[RunKey, list[Mapping[str, Any]]]:
+    """(pool, workload, backend, selector) → runs (seeds)."""
+    g: dict[RunKey, list[Mapping[str, Any]]] = {}
+    for r in results:
+        g.setdefault((r["pool"]["name"], r["workload"], r["backend"], r["selector"]), []).append(r)
+    return g
+
+
+def seed_mean(runs: Sequence[Mapping[str, Any]], key: str) -> tuple[float | None, float | None]:
+    """Mean and std (``None`` for one seed) over runs of ``aggregate[key]``; ``(None, None)`` if no run has it."""
+    vals = [float(r["aggregate"][key]) for r in runs if r["aggregate"].get(key) is not None]
+    if not vals:
+        return None, None
+    return float(np.mean(vals)), (float(np.std(vals)) if len(vals) > 1 else None)
+
+
+def _ratio_to(groups: Mapping[RunKey, Sequence[Mapping[str, Any]]], key: RunKey, mat: float | None) -> float | None:
+    """``mat`` over the seed-mean MAT of the group ``key`` (another selector on the same workload), if both exist."""
+    base = groups.get(key)
+    ref = seed_mean(base, "mat")[0] if base else None
+    return mat / ref if mat and ref else None
+
+
+def collection_table(results: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: one row per (pool, workload, backend, selector), mean ± std over seeds, plus ratios to baselines."""
+    rows = ["| pool | workload | backend | selector | seeds | MAT | tok/s | target fwd / token | avg regret / token | "
+            "selection overhead | MAT / oracle | × eagle |", "|---" * 12 + "|"]
+    groups = group_runs(results)
+    for (pool, wl, be, sel), runs in sorted(groups.items()):
+        mat, sd = seed_mean(runs, "mat")
+        tps, fpt, reg, ovh, vo = (seed_mean(runs, k)[0] for k in (
+            "tokens_per_s", "target_forwards_per_token", "avg_regret", "selection_overhead", "mat_vs_oracle"))
+        if vo is None:
+            vo = _ratio_to(groups, (pool, wl, be, "oracle"), mat)  # vs the oracle selector's run on the same workload
+        xe = _ratio_to(groups, (pool, wl, be, "eagle"), mat)
+        mat_s = fmt(mat) + (f" ± {sd:.2f}" if sd is not None else "")
+        rows.append(f"| {pool} | {wl} | {be} | {sel} | {len(runs)} | {mat_s} | {fmt(tps, 1)} | {fmt(fpt, 3)} | "
+                    f"{fmt(reg, 4)} | {fmt(ovh, pct=True)} | {fmt(vo, 3)} | {fmt(xe, 3)} |")
+    return "\n".join(rows) + "\n"
+
+
+# ------------------------------------------------------------------------------------- goals
+def _goal(pool: str, backend: str, goal: str, ratio: float | None, met: bool | None) -> dict[str, Any]:
+    return {"pool": pool, "backend": backend, "goal": goal, "ratio": ratio, "met": met}
+
+
+def goals(results: Sequence[Mapping[str, Any]], workload: str = "mixed") -> list[dict[str, Any]]:
+    """The reproduction goals as measured ratios (HedgeSpec MAT vs oracle/generalist/bandits; overhead) per
+    pool/backend, from the ``hedgespec`` runs on ``workload``."""
+    out = []
+    groups = group_runs(results)
+    for (pool, wl, be, sel), runs in sorted(groups.items()):
+        if wl != workload or sel != "hedgespec":
+            continue
+        mat = seed_mean(runs, "mat")[0]
+        # the oracle of the very same requests when the run probed it (oracle_probe=true), else an oracle run
+        same = [r["aggregate"].get("oracle_mat") for r in runs]
+        same_oracle = float(np.mean(same)) if same and all(x for x in same) else None
+        for name, thr in MAT_GOALS:
+            g = groups.get((pool, wl, be, name))
+            o = same_oracle if name == "oracle" and same_oracle else (seed_mean(g, "mat")[0] if g else None)
+            ratio = mat / o if mat and o else None
+            met = None if ratio is None else ratio >= thr
+            out.append(_goal(pool, be, f"HedgeSpec MAT ≥ {thr} × {name}", ratio, met))
+        ovh = seed_mean(runs, "selection_overhead")[0]
+        out.append(_goal(pool, be, f"selection overhead ≤ {OVERHEAD_GOAL:.0%} of round time", ovh,
+                         None if ovh is None else ovh <= OVERHEAD_GOAL))
+    return out
+
+
+def met_word(met: bool | None, yes: str = "yes", no: str = "no", unknown: str = "–") -> str:
+    """How a goal's ``met`` reads in a table or a list."""
+    return unknown if met is None else (yes if met else no)
+
+
+def goals_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown rows (header included) of :func:`goals`' output."""
+    head = "| pool | backend | goal | measured | met |\n|---|---|---|---|---|\n"
+    return head + "".join(f"| {x['pool']} | {x['backend']} | {x['goal']} | {fmt(x['ratio'], 3)} | "
+                          f"{met_word(x['met'])} |\n" for x in rows)
+
+
+# ---------------------------------------------------------------------------- MAT pooling
+def pooled_fixed_mats(requests: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """Each fixed drafter's MAT pooled over the requests that carry ``fixed_mats``: generated tokens / rounds,
+    where a request's rounds are its generated tokens / that drafter's MAT on it."""
+    reqs = [q for q in requests if q.get("fixed_mats")]
+    fm = np.array([q["fixed_mats"] for q in reqs], dtype=float)
+    gen = np.array([q["generated"] for q in reqs], dtype=float)
+    return gen.sum() / (gen[:, None] / fm).sum(axis=0)
+
+
+def probe_runs(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The ``workload=domain oracle_probe=true`` runs: one domain each, requests carrying ``fixed_mats``."""
+    return [r for r in results
+            if str(r["workload"]).startswith("domain:") and any(q.get("fixed_mats") for q in r["requests"])]
+
+
+def mat_matrix(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """``{drafter: {domain: MAT}}`` from ``workload=domain oracle_probe=true`` runs (paper Table 1 analog);
+    each cell is :func:`pooled_fixed_mats` of the drafter over the domain's requests."""
+    runs = probe_runs(results)
+    if not runs:
+        raise ValueError("no `workload=domain oracle_probe=true` results among the inputs (they carry fixed_mats)")
+    names = list(runs[0]["pool"]["drafters"])
+    out: dict[str, dict[str, float]] = {n: {} for n in names}
+    for r in sorted(runs, key=lambda r: str(r["workload"])):
+        if list(r["pool"]["drafters"]) != names:
+            raise ValueError(f"{r.get('_path')}: pool {r['pool']['drafters']} differs from {names}")
+        domain = str(r["workload"]).split(":", 1)[1]
+        for n, m in zip(names, pooled_fixed_mats(r["requests"])):
+            out[n][domain] = float(m)
+    return out
