@@ -9,6 +9,7 @@ Its eval split is the union of the domains' eval splits, so it is disjoint from 
 from __future__ import annotations
 
 from .common import TRAIN_DOMAINS, Example, RecipeInfo, SourceInfo, Split, rng_for
+from .registry import get_recipe
 
 INFO = RecipeInfo(
     name="general",
@@ -24,8 +25,6 @@ def _shares(n: int) -> list[int]:
 
 
 def _mix(source: str, n_train: int, n_eval: int, seed: int) -> Split:
-    from .registry import get_recipe  # late import: registry imports this module
-
     train: list[Example] = []
     evals: list[Example] = []
     for dom, nt, ne in zip(TRAIN_DOMAINS, _shares(n_train), _shares(n_eval)):

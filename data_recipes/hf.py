@@ -7,6 +7,8 @@ quickly, naming the dataset id and suggesting ``source=offline``; the caller wri
 from __future__ import annotations
 
 import os
+import urllib.error
+import urllib.request
 from typing import Any
 
 from .common import SourceUnavailableError
@@ -27,12 +29,10 @@ def check_reachable(domain: str, ident: str, timeout: float = 5.0) -> None:
     """Fail fast when the hub is unreachable (avoids minutes of retries inside ``datasets``)."""
     if _offline_flag():
         raise _fail(domain, ident, "HF_HUB_OFFLINE=1 is set")
-    import urllib.error
-    import urllib.request
-
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     try:
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/api/datasets/{ident}", method="HEAD"), timeout=timeout)
+        req = urllib.request.Request(f"{endpoint}/api/datasets/{ident}", method="HEAD")
+        urllib.request.urlopen(req, timeout=timeout)
     except urllib.error.HTTPError as e:  # the hub answered: fine unless the id does not exist
         if e.code == 404:
             raise _fail(domain, ident, "dataset not found on the hub") from e
@@ -44,7 +44,7 @@ def load(domain: str, ident: str, config: str | None = None, split: str = "train
     """``datasets.load_dataset(ident, config, split=split)`` with an actionable error."""
     check_reachable(domain, ident)
     try:
-        import datasets
+        import datasets  # lazy: an optional, heavy dependency (hedgespec[data]), only for source=hf
     except ImportError as e:
         raise SourceUnavailableError("source=hf needs the 'datasets' package: pip install 'hedgespec[data]'") from e
     try:
@@ -57,7 +57,7 @@ def download_file(domain: str, ident: str, filename: str) -> str:
     """One file of a dataset repo (camel-ai ships zips) via ``huggingface_hub``."""
     check_reachable(domain, ident)
     try:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import hf_hub_download  # lazy, like datasets: only for source=hf
 
         return hf_hub_download(repo_id=ident, repo_type="dataset", filename=filename)
     except Exception as e:

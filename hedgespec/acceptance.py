@@ -4,7 +4,9 @@ Layer L0: numpy only. Torch tensors are accepted (converted with ``.detach().cpu
 typing, so torch is never imported here). All functions work along the last axis (the vocabulary for
 distributions, the K draft steps for γ windows) and broadcast over leading axes.
 
-References: SPEC §1 (Thm 1, Thm 2), §2 (Thm 3), §3 (losses).
+References: HedgeSpec ("Not-a-Bandit", Liu et al., ICLR 2026): Theorem 1 (chain γ = 1 − TV), Theorem 2
+(tree γ = target mass of the drafter's top-k children), Theorem 3 (acceptance-length estimator), and the
+ETAP / EAL losses built on them.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def expected_accept_length(gammas: Any, form: str = "tail") -> np.ndarray:
 
 
 def etap_loss(gamma: Any) -> np.ndarray:
-    """ETAP loss, SPEC §3: f_t[i] = 1 − γ_t[i] ∈ [0, 1]."""
+    """ETAP loss of the paper (expected token acceptance probability): f_t[i] = 1 − γ_t[i] ∈ [0, 1]."""
     g = as_numpy(gamma, "gamma")
     if not np.all(np.isfinite(g)):
         raise ValueError("gamma contains NaN or inf")
@@ -135,7 +137,10 @@ def etap_loss(gamma: Any) -> np.ndarray:
 
 
 def eal_loss(gammas: Any, K: int) -> np.ndarray:
-    """EAL loss, SPEC §3: f_t[i] = 1 − AL_t[i]/(K+1) ∈ [0, K/(K+1)], from γ at t..t+K−1 (last axis)."""
+    """EAL loss of the paper (expected acceptance length): f_t[i] = 1 − AL_t[i]/(K+1) ∈ [0, K/(K+1)].
+
+    Built from γ at t..t+K−1 (last axis) with the Theorem 3 estimator.
+    """
     if not isinstance(K, (int, np.integer)) or isinstance(K, bool) or K < 1:
         raise ValueError(f"K must be an int >= 1, got {K!r}")
     g = check_gammas(gammas)

@@ -1,4 +1,5 @@
-"""Per-request feedback ledger: γ rows by position -> completed loss vectors (SPEC §3, §4).
+"""Per-request feedback ledger: γ rows by position -> completed loss vectors (HedgeSpec's
+ETAP / EAL losses and the delayed-feedback handling of the paper).
 
 Learning is token-level: every generated position t is one online round, covered by the decision of the
 verification round that emitted t. The ETAP loss of t is complete as soon as t is verified; the EAL loss

@@ -1,11 +1,12 @@
 """Full-information experts learners and the delayed-feedback reductions HedgeSpec uses.
 
-Base learners (SPEC §5) expose ``weights()`` and ``update(loss_vector, weights_used=None)``:
+Base learners (full information: every drafter's loss is observed) expose ``weights()`` and
+``update(loss_vector, weights_used=None)``:
 
 * :class:`NormalHedge` (Chaudhuri, Freund, Hsu 2009): parameter-free; the default.
 * :class:`Hedge`: exponential weights with the anytime step η_t = sqrt(8 ln N / t).
 
-Delayed-feedback reductions (SPEC §4, Joulani, György, Szepesvári 2013) expose
+Delayed-feedback reductions (Joulani, György, Szepesvári 2013, as the paper applies them) expose
 ``predict() -> (ticket, weights)``, ``feedback(ticket, loss, weights_used)`` and ``release(ticket)``:
 
 * :class:`Queued`: one base learner; completed losses are fed in FIFO order; predictions use the current
@@ -58,7 +59,7 @@ def _scale_root(a, s0: float | None, tol: float, max_iter: int):  # type: ignore
     n = len(a)
     amax = max(a) if small else float(a.max())
     target = math.log(n) + 1.0
-    hi, lo = target / amax, 1.0 / amax  # g(hi) >= 0 >= g(lo): SPEC §5 bracket in s = 1/(2c)
+    hi, lo = target / amax, 1.0 / amax  # g(hi) >= 0 >= g(lo): NormalHedge scale bracket in s = 1/(2c)
     s = hi if s0 is None or not (lo < s0 <= hi) else s0  # warm start from the previous scale
     for _ in range(max_iter):
         if small:
@@ -91,7 +92,7 @@ def normalhedge_scale(positive_regrets: np.ndarray, tol: float = 1e-13, max_iter
 
     Works in s = 1/(2c): g(s) = logsumexp(a s) − ln N − 1 with a_i = R_i² is convex and increasing;
     Newton's method inside the bracket s ∈ [1/r², (1 + ln N)/r²] (c ∈ [r²/(2(1+ln N)), r²/2],
-    r = max R_i; SPEC §5), with bisection as the fallback. Every exponent a_i s is ≤ 1 + ln N, so
+    r = max R_i), with bisection as the fallback. Every exponent a_i s is ≤ 1 + ln N, so
     nothing overflows for regrets of 1e6 and beyond.
     """
     a = np.asarray(positive_regrets, dtype=np.float64) ** 2
@@ -100,7 +101,7 @@ def normalhedge_scale(positive_regrets: np.ndarray, tol: float = 1e-13, max_iter
 
 
 class NormalHedge:
-    """NormalHedge (SPEC §5): R_i += ℓ_A − ℓ_i, w_i ∝ ([R_i]_+/c) exp([R_i]_+² / 2c), c from the scale equation."""
+    """NormalHedge: R_i += ℓ_A − ℓ_i, w_i ∝ ([R_i]_+/c) exp([R_i]_+² / 2c), c from the scale equation."""
 
     def __init__(self, n: int) -> None:
         self.n = _check_n(n)
@@ -147,7 +148,7 @@ class NormalHedge:
 
 
 class Hedge:
-    """Exponential weights, w_i ∝ exp(−η_t L_i) with the anytime step η_t = sqrt(8 ln N / t) (SPEC §5)."""
+    """Exponential weights, w_i ∝ exp(−η_t L_i) with the anytime step η_t = sqrt(8 ln N / t)."""
 
     def __init__(self, n: int) -> None:
         self.n = _check_n(n)
@@ -182,7 +183,7 @@ def make_learner(name: str, n: int) -> Learner:
 
 
 class Queued:
-    """Delayed feedback through one base learner and a FIFO queue (SPEC §4, "queue")."""
+    """Delayed feedback through one base learner and a FIFO queue (the "queue" reduction for delayed feedback)."""
 
     def __init__(self, base: Learner) -> None:
         self.base = base

@@ -114,7 +114,7 @@ class RequestStats:
 
     @property
     def mat(self) -> float:
-        """Mean accepted tokens per verification round, bonus token included (SPEC §7)."""
+        """Mean accepted tokens per verification round, bonus token included (the paper's MAT)."""
         return self.generated / self.rounds if self.rounds else 0.0
 
     def histogram(self, n_drafters: int) -> list[int]:

@@ -3,7 +3,7 @@
     python scripts/bench_learners.py                 # table + bench_learners.json in the current dir
     python scripts/bench_learners.py --steps 20000 --out results/bench_learners.json
 
-Goal (SPEC §5): NormalHedge ≤ 20 µs per update at N=7 on this CPU (the paper reports 0.41 ms).
+Goal: NormalHedge ≤ 20 µs per update at N=7 on this CPU (the paper reports 0.41 ms).
 Also times the whole HedgeSpec selector round (select + observe with a K+1-row γ matrix).
 """
 

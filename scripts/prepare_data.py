@@ -1,4 +1,4 @@
-"""Build the domain data recipes (issue 4).
+"""Build the domain data recipes (data_recipes/, described in docs/data.md).
 
 Usage:
     python scripts/prepare_data.py domain=sql source=offline n_train=800 n_eval=50
@@ -21,25 +21,26 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from data_recipes import DataRecipeError, prepare
+from data_recipes.regenerate import regenerate
+from hedgespec.models import load_tokenizer
+
 
 def run(cfg: DictConfig) -> dict[str, Path]:
     """Plain function behind the Hydra entry point (tests call it with a composed config)."""
-    from data_recipes import prepare
-    from data_recipes.regenerate import regenerate
-
     domain = str(cfg.domain)
-    target = OmegaConf.to_container(cfg.target, resolve=True) if "target" in cfg and cfg.target is not None else "smollm2"
+    has_target = "target" in cfg and cfg.target is not None
+    target = OmegaConf.to_container(cfg.target, resolve=True) if has_target else "smollm2"
     tokenizer: Any = None
     if cfg.get("count_tokens"):
         if cfg.count_tokens != "target":
             raise ValueError(f"count_tokens={cfg.count_tokens!r} is unknown; expected null or target")
-        from hedgespec.models import load_tokenizer
-
         tokenizer = load_tokenizer(target)
-    out = prepare(domain, source=cfg.source, n_train=cfg.n_train, n_eval=cfg.n_eval, seed=cfg.seed, data_dir=cfg.data_dir,
-                  variant=cfg.variant, tokenizer=tokenizer, tokenizer_name=target.get("name") if isinstance(target, dict) else str(target))
+    tokenizer_name = target.get("name") if isinstance(target, dict) else str(target)
+    out = prepare(domain, source=cfg.source, n_train=cfg.n_train, n_eval=cfg.n_eval, seed=cfg.seed,
+                  data_dir=cfg.data_dir, variant=cfg.variant, tokenizer=tokenizer, tokenizer_name=tokenizer_name)
     if cfg.regenerate and cfg.regen.get("threads"):
-        import torch
+        import torch  # lazy: only regeneration runs a model; preparing data stays torch-free
 
         torch.set_num_threads(int(cfg.regen.threads))
     if cfg.regenerate:
@@ -55,8 +56,6 @@ def run(cfg: DictConfig) -> dict[str, Path]:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="prepare_data")
 def main(cfg: DictConfig) -> None:
-    from data_recipes import DataRecipeError
-
     try:
         run(cfg)
     except DataRecipeError as e:  # bad input or missing source: one clear line, exit code 2

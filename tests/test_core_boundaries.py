@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 CORE = ["hedgespec.acceptance", "hedgespec.types", "hedgespec.learners", "hedgespec.feedback",
-        "hedgespec.selectors", "hedgespec.sim"]
+        "hedgespec.selectors", "hedgespec.decoding", "hedgespec.io", "hedgespec.sim"]
 FORBIDDEN = ["torch", "sglang", "wandb", "hydra", "specforge", "transformers"]
 
 
@@ -16,6 +16,17 @@ def test_core_imports_no_heavy_modules():
         "import importlib, json, sys\n"
         f"for m in {CORE!r}: importlib.import_module(m)\n"
         f"print(json.dumps([m for m in {FORBIDDEN!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_target_registry_and_data_recipes_import_no_torch():
+    """``data_recipes`` reaches ``hedgespec.models`` (cache paths), so both must stay torch-free at import."""
+    code = (
+        "import json, sys\n"
+        "import hedgespec.models, data_recipes, data_recipes.sources, hedgespec.bench.workloads\n"
+        "print(json.dumps([m for m in ['torch', 'transformers', 'sglang'] if m in sys.modules]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

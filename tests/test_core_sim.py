@@ -17,6 +17,7 @@ from hedgespec.sim import (
     run_pool,
     run_sampling,
 )
+from hedgespec.sim.runner import _residual
 
 
 def test_pool_composition_is_realistic():
@@ -53,15 +54,13 @@ def test_greedy_replay_matches_fixed_drafter_bruteforce():
 
 def test_sampling_mode_is_lossless_in_distribution():
     """First emitted token of chain speculative sampling ~ target p, whatever the drafter (chi-square)."""
-    from scipy.stats import chisquare
+    from scipy.stats import chisquare  # lazy: scipy is a dev-only dependency that only this test needs
 
     world = make_world(3, vocab=6, seed=3)
     req = make_requests(world, 1, 2, seed=3)[0]
     p = req.p(0, req.first)
     counts = np.zeros(6)
     draws = 4000
-    from hedgespec.sim.runner import _residual
-
     rng = np.random.default_rng(0)
     for _ in range(draws):  # one round of the runner's accept rule with the worst drafter
         q = req.q(2, 0, req.first)

@@ -10,6 +10,11 @@ import argparse
 import os
 import time
 
+import torch
+
+from hedgespec.models import load_target, resolve_target, target_fingerprint
+from hedgespec.models.smollm2 import convert_smollm2
+
 PROMPTS = ("What is the capital of France?", "Write a Python function that checks whether a number is prime.")
 
 
@@ -19,25 +24,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
     ap.add_argument("--new", type=int, default=128, help="max new tokens per prompt")
     args = ap.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by transformers, which load_target imports lazily
     if args.threads:
         torch.set_num_threads(args.threads)
-    from hedgespec.models import load_target, resolve_target, target_fingerprint
-
     spec = resolve_target(args.target)
     t0 = time.perf_counter()
     if spec.kind == "smollm2":
-        from hedgespec.models.smollm2 import convert_smollm2
-
         convert_smollm2(spec.cache_dir)
     t1 = time.perf_counter()
     model, tok = load_target(spec)
     t2 = time.perf_counter()
-    print(f"target={spec.name} convert-or-cache-hit={t1 - t0:.2f}s load={t2 - t1:.2f}s fingerprint={target_fingerprint(model)[:23]}…")
+    print(f"target={spec.name} convert-or-cache-hit={t1 - t0:.2f}s load={t2 - t1:.2f}s "
+          f"fingerprint={target_fingerprint(model)[:23]}…")
     for q in PROMPTS:
-        enc = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        enc = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, return_tensors="pt",
+                                      return_dict=True)
         with torch.no_grad():
             t3 = time.perf_counter()
             out = model.generate(**enc, max_new_tokens=args.new, do_sample=False)

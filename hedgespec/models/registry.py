@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .smollm2 import convert_smollm2, load_smollm2
 from .spec import TargetSpec, resolve_target
 
 
@@ -25,23 +26,23 @@ def load_target(name_or_cfg: "str | TargetSpec | dict[str, Any] | Any", **overri
         d = {k: getattr(spec, k) for k in spec.__dataclass_fields__}
         bad = set(overrides) - set(d)
         if bad:
-            raise ValueError(f"load_target got unknown override(s) {sorted(bad)}; expected TargetSpec fields {sorted(d)}")
+            raise ValueError(
+                f"load_target got unknown override(s) {sorted(bad)}; expected TargetSpec fields {sorted(d)}"
+            )
         d.update(overrides)
         spec = TargetSpec(**d)
     if spec.kind == "tiny":
-        from .tiny import build_tiny_target
+        from .tiny import build_tiny_target  # lazy: .tiny imports torch; hedgespec.models stays torch-free
 
         return build_tiny_target(spec.arch, seed=spec.seed, dtype=spec.dtype, device=spec.device)
     if spec.kind == "smollm2":
-        from .smollm2 import load_smollm2
-
         return load_smollm2(spec.cache_dir, dtype=spec.dtype, device=spec.device)
     return _load_hf(spec)
 
 
 def _load_hf(spec: TargetSpec) -> tuple[Any, Any]:
     """Load any HF causal LM. Respects ``HF_HUB_OFFLINE``: offline, the id must already be in the local HF cache."""
-    import torch
+    import torch  # lazy, with transformers: importing hedgespec.models stays torch-free
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
@@ -61,17 +62,16 @@ def _load_hf(spec: TargetSpec) -> tuple[Any, Any]:
 
 
 def load_tokenizer(name_or_cfg: "str | TargetSpec | dict[str, Any] | Any") -> Any:
-    """Only the target's tokenizer (cheap: no weights for ``tiny``; for ``smollm2`` the cached conversion's tokenizer)."""
+    """Only the target's tokenizer (cheap: no weights for ``tiny``; ``smollm2``: the cached conversion's tokenizer)."""
     spec = resolve_target(name_or_cfg)
     if spec.kind == "tiny":
-        from .tiny import build_tiny_tokenizer
+        from .tiny import build_tiny_tokenizer  # lazy, as in load_target
 
         return build_tiny_tokenizer(spec.arch.vocab_size)
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: transformers imports torch
 
     if spec.kind == "smollm2":
-        from .smollm2 import convert_smollm2
-
         return AutoTokenizer.from_pretrained(convert_smollm2(spec.cache_dir), local_files_only=True)
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-    return AutoTokenizer.from_pretrained(spec.hf_id, revision=spec.revision, local_files_only=offline or os.path.isdir(str(spec.hf_id)))
+    local_only = offline or os.path.isdir(str(spec.hf_id))
+    return AutoTokenizer.from_pretrained(spec.hf_id, revision=spec.revision, local_files_only=local_only)

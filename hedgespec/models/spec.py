@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from omegaconf import OmegaConf
+
 TargetKind = Literal["smollm2", "tiny", "hf"]
 
 
@@ -70,8 +72,6 @@ class TargetSpec:
     def from_dict(cls, cfg: Any) -> "TargetSpec":
         """Build from a plain dict or an OmegaConf node (unknown keys such as Hydra's ``_target_`` are ignored)."""
         if hasattr(cfg, "items") and not isinstance(cfg, dict):
-            from omegaconf import OmegaConf  # only when given a DictConfig
-
             cfg = OmegaConf.to_container(cfg, resolve=True)
         cfg = dict(cfg)
         known = {f.name for f in fields(cls)}
@@ -80,7 +80,9 @@ class TargetSpec:
             arch_known = {f.name for f in fields(TinyArch)}
             bad = set(kw["arch"]) - arch_known
             if bad:
-                raise ValueError(f"target.arch has unknown keys {sorted(bad)}; expected a subset of {sorted(arch_known)}")
+                raise ValueError(
+                    f"target.arch has unknown keys {sorted(bad)}; expected a subset of {sorted(arch_known)}"
+                )
             kw["arch"] = TinyArch(**kw["arch"])
         if "name" not in kw:
             raise ValueError("target config needs a 'name'")
@@ -91,7 +93,9 @@ class TargetSpec:
 BUILTIN_TARGETS: dict[str, TargetSpec] = {
     "smollm2": TargetSpec(name="smollm2", kind="smollm2", hf_id="HuggingFaceTB/SmolLM2-135M-Instruct"),
     "tiny": TargetSpec(name="tiny", kind="tiny"),
-    "llama8b": TargetSpec(name="llama8b", kind="hf", hf_id="meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16", device="cuda"),
+    "llama8b": TargetSpec(
+        name="llama8b", kind="hf", hf_id="meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16", device="cuda"
+    ),
     "qwen8b": TargetSpec(name="qwen8b", kind="hf", hf_id="Qwen/Qwen3-8B", dtype="bfloat16", device="cuda"),
     "qwen32b": TargetSpec(name="qwen32b", kind="hf", hf_id="Qwen/Qwen3-32B", dtype="bfloat16", device="cuda"),
 }

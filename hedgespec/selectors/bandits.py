@@ -1,4 +1,4 @@
-"""Bandit-feedback baselines (SPEC §6): UCBSpec, EXP3Spec (BanditSpec, Hou et al. 2025) and MetaSD-UCB.
+"""Bandit-feedback baselines of the paper: UCBSpec, EXP3Spec (BanditSpec, Hou et al. 2025) and MetaSD-UCB.
 
 Each sees only :class:`~hedgespec.types.BanditFeedback` (the chosen drafter's outcome); one bandit round
 per verification; state per request; reward Y = accepted drafts + 1 ∈ [1, K+1].
@@ -51,7 +51,7 @@ class _IndexPolicy(BanditSelector):
 
 class UCBSpec(_IndexPolicy):
     """Round-robin for N rounds, then argmax_i μ̂_i + cr_i with
-    cr_i = (K/2) sqrt(((1+n_i)/n_i²) (1 + 2 ln(N t² sqrt(1+n_i) / δ)))  (SPEC §6, δ = 1/2)."""
+    cr_i = (K/2) sqrt(((1+n_i)/n_i²) (1 + 2 ln(N t² sqrt(1+n_i) / δ)))  (BanditSpec's UCBSpec, δ = 1/2)."""
 
     name = "ucbspec"
 
@@ -74,7 +74,7 @@ class UCBSpec(_IndexPolicy):
 
 class EXP3Spec(BanditSelector):
     """η_t = sqrt(ln N / (t N)); p_t ∝ exp(−η_t Σ_{s<t} Ẑ_s); I_t ~ p_t;
-    Ẑ_{i,t} = 1{i = I_t} (K + 1 − Y_t) / (K p_{t,i})  (SPEC §6)."""
+    Ẑ_{i,t} = 1{i = I_t} (K + 1 − Y_t) / (K p_{t,i})  (BanditSpec's EXP3Spec estimator)."""
 
     name = "exp3spec"
 
@@ -108,7 +108,7 @@ class EXP3Spec(BanditSelector):
 
 class MetaSDUCB(_IndexPolicy):
     """MetaSD-UCB: reward = mean over the round's emitted positions of the chosen drafter's 1 − TV(p, q);
-    argmax μ̂_i + β sqrt(2 ln t / n_i) after one pull each (SPEC §6)."""
+    argmax μ̂_i + β sqrt(2 ln t / n_i) after one pull each (MetaSD's UCB)."""
 
     name = "metasd"
 

@@ -9,7 +9,7 @@ from hedgespec.types import Decision
 
 
 class Fixed(BaseSelector):
-    """Always drafter ``index`` (SPEC §6: Fixed(i), incl. the generalist EAGLE-3 drafter)."""
+    """Always drafter ``index`` (the Fixed(i) baseline, incl. the generalist EAGLE-3 drafter)."""
 
     name = "fixed"
 
@@ -31,8 +31,11 @@ class Fixed(BaseSelector):
 
 
 class Oracle(BaseSelector):
-    """Best fixed drafter in hindsight per request (SPEC §6). The runner must supply it: offline runners
-    compute it from a full trace (or from every Fixed(i) run) and pass ``RequestContext.best_drafter``."""
+    """Best fixed drafter in hindsight per request (the paper's Oracle baseline).
+
+    The runner must supply it: offline runners compute it from a full trace (or from every Fixed(i) run)
+    and pass ``RequestContext.best_drafter``.
+    """
 
     name = "oracle"
 

@@ -1,10 +1,10 @@
 """HedgeSpec: full-information drafter selection with a no-regret learner under delayed feedback.
 
-Per request (guarantees are per query, SPEC §5): a base learner (NormalHedge by default) over the N
+Per request (the paper's regret guarantees are per query): a base learner (NormalHedge by default) over the N
 drafters, wrapped in a delayed-feedback reduction (FIFO queue by default, or BOLD); each round the
 drafter is the argmax (or a sample) of the current weights; after verification the γ matrix of the
 emitted positions goes into the :class:`~hedgespec.feedback.FeedbackLedger`, which releases ETAP/EAL loss
-vectors as their windows complete (SPEC §3-§4).
+vectors as their windows complete (never on a censored window).
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ class HedgeSpec(BaseSelector):
             self.reduction: Queued | Bold = Queued(make_learner(self.learner_name, self.n))
         else:
             # A round's losses complete at most K positions (≤ K rounds) after it, so K+1 outstanding
-            # predictions suffice; 2K+1 is the SPEC's safe bound.
+            # predictions suffice; 2K+1 (a loss completes at most 2K positions after its decision) is the
+            # safe bound.
             self.reduction = Bold(lambda: make_learner(self.learner_name, self.n), 2 * self.k + 1)
         self._weights_of: dict[int, np.ndarray] = {}
         self._remaining: dict[int, int] = {}

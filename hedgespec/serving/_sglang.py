@@ -21,7 +21,9 @@ def require_sglang() -> ModuleType:
         raise ImportError(f"{INSTALL_HINT} (import error: {e})") from e
     version = getattr(sglang, "__version__", "?")
     if version != SGLANG_VERSION:
-        raise ImportError(f"found sglang {version}, but hedgespec.serving is pinned to {SGLANG_VERSION}. {INSTALL_HINT}")
+        raise ImportError(
+            f"found sglang {version}, but hedgespec.serving is pinned to {SGLANG_VERSION}. {INSTALL_HINT}"
+        )
     return sglang
 
 

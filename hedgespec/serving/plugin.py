@@ -68,7 +68,7 @@ def register() -> None:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     if spec_registry.get_spec(ALGORITHM) is None:
-        from hedgespec.serving.worker import HedgeSpecAlgo, HedgeSpecWorker
+        from hedgespec.serving.worker import HedgeSpecAlgo, HedgeSpecWorker  # lazy: the worker imports sglang
 
         @SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=False, spec_class=HedgeSpecAlgo)
         def _factory(server_args: Any) -> type:

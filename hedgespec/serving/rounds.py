@@ -1,13 +1,14 @@
 """Per-round bookkeeping of the HEDGESPEC worker that needs neither sglang nor torch (unit-testable).
 
-γ for one request and one verification round (SPEC §3; greedy verification, chain drafting): the round
-emitted tokens e_0..e_m (m accepted drafts + the bonus token). Drafter i's proposal for e_0 is its top-1
-token after the previous round (``first_pred[i]``); its proposal for e_u (u ≥ 1) is the top-1 token of its
-draft-extend row u−1 of this round (input e_{u−1}). Under greedy verification a drafter's chain is accepted
-at u exactly when its proposal equals e_u, so γ[u, i] = 1{proposal_i(u) = e_u}, the top-1 case of
-``hedgespec.acceptance.gamma_greedy`` evaluated on the realised target argmax. For u ≥ 1 the proposal comes from
-the draft-extend pass over the verified prefix with the *target's* features (ARCHITECTURE data flow), so for the
-chosen drafter it can differ from the chain it actually drafted (which used its own recurrent features).
+γ for one request and one verification round (the paper's counterfactual γ under greedy verification and
+chain drafting): the round emitted tokens e_0..e_m (m accepted drafts + the bonus token). Drafter i's proposal
+for e_0 is its top-1 token after the previous round (``first_pred[i]``); its proposal for e_u (u ≥ 1) is the
+top-1 token of its draft-extend row u−1 of this round (input e_{u−1}). Under greedy verification a drafter's
+chain is accepted at u exactly when its proposal equals e_u, so γ[u, i] = 1{proposal_i(u) = e_u}, the top-1 case
+of ``hedgespec.acceptance.gamma_greedy`` evaluated on the realised target argmax. For u ≥ 1 the proposal comes
+from the draft-extend pass over the verified prefix with the *target's* features (see docs/architecture.md), so
+for the chosen drafter it can differ from the chain it actually drafted (which used its own recurrent
+features).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Sequence
 import numpy as np
 
 
-def greedy_gamma(first_pred: Sequence[int], row_preds: Sequence[Sequence[int]], emitted_tokens: Sequence[int]) -> np.ndarray:
+def greedy_gamma(
+    first_pred: Sequence[int], row_preds: Sequence[Sequence[int]], emitted_tokens: Sequence[int]
+) -> np.ndarray:
     """γ [len(emitted_tokens), N] from each drafter's proposals (see module docstring).
 
     Args:

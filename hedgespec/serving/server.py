@@ -24,6 +24,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from hedgespec.serving._sglang import require_sglang
+from hedgespec.serving.plugin import register  # importing the plugin does not import sglang
+
 CPU_SHIM_DIR = Path(__file__).resolve().parent / "_cpu_shim"
 
 
@@ -63,16 +66,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if cpu:
         _prepare_cpu_process()
 
-    from hedgespec.serving._sglang import require_sglang
-
-    require_sglang()
+    require_sglang()  # sglang is imported only here, after the CPU environment is set
     from sglang.launch_server import run_server
     from sglang.srt.plugins import load_plugins
     from sglang.srt.runtime_context import override_platform
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
-
-    from hedgespec.serving.plugin import register
 
     load_plugins()
     register()

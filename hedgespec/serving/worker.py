@@ -1,6 +1,7 @@
 """The HEDGESPEC speculative worker for SGLang 0.5.23: EAGLE-3 with a pool of N drafters chosen per request.
 
-One decode round (ARCHITECTURE "Data flow"; SPEC §3-4), for a batch of requests each with its own selector:
+One decode round (the serving data flow of docs/architecture.md; HedgeSpec's full-information feedback with
+delayed ETAP/EAL losses), for a batch of requests each with its own selector:
 
 1. every request's selector picks a drafter ``i_t`` (:meth:`Selector.select`);
 2. each drafter that was picked by at least one request drafts a chain for the batch (its own KV pool and its
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
 import torch
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 from sglang.srt.runtime_context import get_spec
 from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -148,7 +150,9 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         paths = [str(p) for p in cfg["drafters"]]
         first = get_spec().speculative_draft_model_path
         if os.path.realpath(paths[0]) != os.path.realpath(str(first)):
-            raise RuntimeError(f"{CONFIG_ENV} drafter 0 ({paths[0]}) must equal --speculative-draft-model-path ({first})")
+            raise RuntimeError(
+                f"{CONFIG_ENV} drafter 0 ({paths[0]}) must equal --speculative-draft-model-path ({first})"
+            )
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
         if self.topk != 1:
             raise RuntimeError("HEDGESPEC supports chain drafting only: pass --speculative-eagle-topk 1")
@@ -249,8 +253,6 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         return self._decode(batch, on_publish, grammar_barrier, pp_proxy_tensors)
 
     def _prefill(self, batch, on_publish, pp_proxy_tensors):
-        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-
         out = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors,
                                                           capture_hidden_mode=CaptureHiddenMode.FULL,
                                                           return_kv_loc_plan=True)
@@ -335,7 +337,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
     def _observe(self, req: Any, st: _RequestState, decision: Any, accept_len: int, committed: torch.Tensor,
                  first_pred: list[int], row_preds: list[torch.Tensor], timings: dict[str, float]) -> None:
-        """Build γ for the emitted positions of one request and feed its selector (SPEC §3).
+        """Build γ for the emitted positions of one request and feed its selector (counterfactual γ, greedy chain case).
 
         Emitted tokens e_0..e_m (m accepted drafts + the bonus). Drafter i proposed e_0 from its state after the
         previous round (``first_pred[i]``); its draft-extend row u−1 of this round (input e_{u−1}) predicts e_u.

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from hedgespec.io import write_json_atomic
 from hedgespec.sim.experiments import SimConfig, run_experiment
+from hedgespec.tracking import make_logger
 
 
 def sim_config_from_dict(cfg: dict[str, Any]) -> SimConfig:
@@ -47,10 +50,7 @@ def growth_summary(results: dict[str, Any]) -> dict[str, dict[str, float]]:
 
 def run_simulation(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     """Run the configured experiment, write ``results.json`` and PNG plots into ``run_dir``."""
-    from tqdm.auto import tqdm
-
-    from hedgespec.plots import plot_regret_curves, plot_scaling
-    from hedgespec.tracking import make_logger
+    from hedgespec.plots import plot_regret_curves, plot_scaling  # lazy: hedgespec.plots imports matplotlib
 
     run_dir = Path(run_dir)
     sim_cfg = sim_config_from_dict(cfg)

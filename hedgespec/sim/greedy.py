@@ -7,7 +7,7 @@ table per request determines every selector's run exactly:
 * ``runs[u, i]``: drafter i's realised number of accepted drafts if a round starts at u (capped at K
   by the replay). For a Markov simulator ``runs`` is the run length of γ = 1; for EAGLE engines it comes
   from the recorded trace (drafting depth > 1 from the drafter's own features differs from the
-  depth-1 γ: SPEC §1, time-inhomogeneity).
+  depth-1 γ: the "time-inhomogeneity" caveat of the paper, appendix B.4).
 
 Used by the simulator's greedy mode and by :mod:`hedgespec.sim.replay` for engine traces.
 """

@@ -5,7 +5,7 @@ per-position table — γ[u, i] and drafter i's realised accepted drafts ``runs[
 u — determines any selector's rounds exactly (:func:`hedgespec.sim.greedy.replay_greedy`, which applies the
 engine's own end-of-request rule ``accepted = min(runs, K, T − u − 1)``). ``runs`` is exact only for traces
 recorded with ``full_counterfactual=true``; otherwise it is reconstructed from the depth-1 greedy γ
-(run lengths of γ = 1), which is optimistic for deep draft levels (SPEC §1, time-inhomogeneity) and
+(run lengths of γ = 1), which is optimistic for deep draft levels (the paper's "time-inhomogeneity", appendix B.4) and
 reported as ``exact=False``.
 
 Torch-free on purpose (layer L2 over L0/L1): it reads JSON, never the engine.
@@ -77,7 +77,9 @@ def load_trace(path: str | os.PathLike[str]) -> list[TracedRequest]:
     for b in blocks:
         h = b["header"]
         if float(h.get("temperature", 0.0)) > 0:
-            raise ValueError(f"{path}: request {h.get('request_id')!r} was sampled (temperature > 0); replay needs greedy traces")
+            raise ValueError(
+                f"{path}: request {h.get('request_id')!r} was sampled (temperature > 0); replay needs greedy traces"
+            )
         gamma = np.asarray(b["gamma"], dtype=np.float64).reshape(-1, int(h["n_drafters"]))
         exact = bool(b["runs"]) and all(r is not None for r in b["runs"])
         runs = np.asarray(b["runs"], dtype=np.int64) if exact else run_lengths(gamma >= 1.0)

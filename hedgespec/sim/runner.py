@@ -2,7 +2,7 @@
 
 Every selector runs on the *same* requests: in greedy mode the trajectory is identical for all of them
 (lossless decoding), in sampling mode each run uses the request's own random stream (common random
-numbers). Metrics (SPEC §7): MAT, and regret against the best fixed drafter in hindsight measured with
+numbers). Metrics (as in the paper): MAT, and regret against the best fixed drafter in hindsight measured with
 the ETAP loss f_t[i] = 1 − γ_t[i] on the run's own trajectory.
 """
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from hedgespec.acceptance import gamma_chain
 from hedgespec.selectors.base import Selector
+from hedgespec.selectors.fixed import Fixed
 from hedgespec.sim.greedy import ReplayResult, best_fixed_mat, replay_greedy, run_lengths
 from hedgespec.sim.markov import Request
 from hedgespec.types import RequestContext, RoundFeedback
@@ -37,7 +38,7 @@ def greedy_table(req: Request) -> tuple[np.ndarray, np.ndarray]:
     prev = req.first
     for u in range(total):
         tok = int(np.argmax(req.p(u, prev)))
-        gamma[u] = np.argmax(req.q_all(u, prev), axis=-1) == tok  # greedy chain γ, SPEC §1
+        gamma[u] = np.argmax(req.q_all(u, prev), axis=-1) == tok  # greedy chain γ = 1{argmax q_i = argmax p}
         prev = tok
     return gamma, run_lengths(gamma > 0.5)
 
@@ -55,7 +56,9 @@ def _metrics(gamma: np.ndarray, res: ReplayResult) -> RunMetrics:
     return RunMetrics(res.mat, float(curve[-1]), res.generated, curve, res.chosen)
 
 
-def run_greedy(req: Request, selector: Selector, k: int, table=None, ctx=None) -> RunMetrics:  # type: ignore[no-untyped-def]
+def run_greedy(  # type: ignore[no-untyped-def]
+    req: Request, selector: Selector, k: int, table=None, ctx=None
+) -> RunMetrics:
     gamma, runs = table if table is not None else greedy_table(req)
     return _metrics(gamma, replay_greedy(gamma, runs, selector, k, ctx))
 
@@ -103,7 +106,8 @@ def run_sampling(
         emitted = min(len(emitted_tokens), total - s)
         accepted = min(accepted, emitted)
         before = prev
-        for j in range(emitted if record_gamma else 0):  # counterfactual γ of every drafter on the verified trajectory (Thm 1)
+        # counterfactual γ of every drafter on the verified trajectory (Theorem 1 of the paper)
+        for j in range(emitted if record_gamma else 0):
             u = s + j
             gamma[u] = gamma_chain(req.p(u, before), req.q_all(u, before))
             before = emitted_tokens[j]
@@ -125,8 +129,6 @@ def oracle_index(req: Request, k: int, mode: str, table=None) -> tuple[int, floa
         _, runs = table if table is not None else greedy_table(req)
         best, mats = best_fixed_mat(runs, k)
         return best, float(mats[best])
-    from hedgespec.selectors.fixed import Fixed
-
     mats = [run_sampling(req, Fixed(i), k, record_gamma=False).mat for i in range(req.world.n_drafters)]
     best = int(np.argmax(mats))
     return best, float(mats[best])

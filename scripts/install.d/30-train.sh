@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training bridge (issue 5): SpecForge 0.2.0 for CPU training.  Run by scripts/install.sh, or alone:
+# Training bridge (docs/training.md): SpecForge 0.2.0 for CPU training.  Run by scripts/install.sh, or alone:
 #   bash scripts/install.d/30-train.sh
 # Idempotent (a second run takes ~2 s).
 #
