@@ -25,7 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from omegaconf import OmegaConf
+
 from hedgespec.decoding import DecodingConfig
+from hedgespec.pools import load_pool
+from hedgespec.selectors import SELECTORS
+from hedgespec.serving.server import cpu_environment  # imports no sglang
 
 DEVICES = ("cuda", "cpu")
 SELECTOR_META_KEYS = ("name", "label", "drafter")
@@ -68,14 +73,7 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
 
 
 def _plain(obj: Any) -> Any:
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(obj):
-            return OmegaConf.to_container(obj, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return obj
+    return OmegaConf.to_container(obj, resolve=True) if OmegaConf.is_config(obj) else obj
 
 
 def _drafter_config(path: Path, name: str) -> dict[str, Any]:
@@ -133,8 +131,6 @@ def resolve_pool(pool: Any, workdir: str | Path) -> tuple[str, str, list[tuple[s
     name = str(_get(pool, "name", "?"))
     manifest = _get(pool, "manifest")
     if manifest:
-        from hedgespec.pools import load_pool
-
         man = load_pool(manifest, target=None, check_files=False)
         target_name = str(_get(pool, "target", man.target.name))
         if man.target.name != target_name:
@@ -154,7 +150,7 @@ def resolve_pool(pool: Any, workdir: str | Path) -> tuple[str, str, list[tuple[s
 
 
 def _materialise_tiny(name: str, entries: list[dict[str, Any]], workdir: str | Path) -> tuple[str, list[tuple[str, Path]]]:
-    from hedgespec.serving.tiny import make_drafter, make_target
+    from hedgespec.serving.tiny import make_drafter, make_target  # torch: only for the in-place tiny pool
 
     root = Path(workdir) / f"pool-{name}"
     target = root / "target"
@@ -173,51 +169,48 @@ def _materialise_tiny(name: str, entries: list[dict[str, Any]], workdir: str | P
     return str(target), drafters
 
 
-def build_plan(cfg: Any, python: str | None = None) -> ServePlan:
-    """Validate a composed serve config and build the server command (see module docstring)."""
-    from hedgespec.selectors import SELECTORS
+@dataclass
+class _SelectorPlan:
+    name: str
+    label: str
+    stock: bool  # stock SGLang EAGLE-3 with the pool's generalist (selector=eagle)
+    kwargs: dict[str, Any]
+    drafter: str | None
 
-    device = str(_get(cfg, "device", "cuda"))
-    if device not in DEVICES:
-        raise ValueError(f"device={device!r}: expected one of {DEVICES}")
+
+def _selector_plan(cfg: Any) -> _SelectorPlan:
     sel = _plain(_get(cfg, "selector")) or {"name": "hedgespec"}
     if isinstance(sel, str):
         sel = {"name": sel}
-    sel_name, label = str(sel.get("name")), str(sel.get("label") or sel.get("name"))
+    name, label = str(sel.get("name")), str(sel.get("label") or sel.get("name"))
     stock = label == "eagle"
-    if not stock and sel_name not in SELECTORS:
-        raise ValueError(f"unknown selector {sel_name!r}; expected one of {sorted(SELECTORS)} or 'eagle' "
+    if not stock and name not in SELECTORS:
+        raise ValueError(f"unknown selector {name!r}; expected one of {sorted(SELECTORS)} or 'eagle' "
                          "(stock SGLang EAGLE-3 with the pool's generalist)")
-    sel_kwargs = {k: v for k, v in sel.items() if k not in SELECTOR_META_KEYS}
+    kwargs = {k: v for k, v in sel.items() if k not in SELECTOR_META_KEYS}
+    drafter = None if sel.get("drafter") is None else str(sel["drafter"])
+    return _SelectorPlan(name, label, stock, kwargs, drafter)
 
-    dec = DecodingConfig.from_dict(_plain(_get(cfg, "decoding")) or {})
-    if not stock and dec.mode != "chain":
-        raise ValueError(f"decoding.mode={dec.mode}: the HEDGESPEC worker drafts chains only (decoding=chain)")
-    steps, topk, draft_tokens = dec.num_steps, dec.topk, dec.num_draft_tokens
 
-    target_name, target_path, drafters = resolve_pool(_get(cfg, "pool"), _get(cfg, "workdir", "outputs/serve"))
-    check_drafters(_local_target_config(target_path), drafters)
-    names = [n for n, _ in drafters]
-    paths = [str(Path(p).resolve()) for _, p in drafters]
-    if sel.get("drafter") is not None:
-        wanted = str(sel["drafter"])
-        if wanted not in names:
-            raise ValueError(f"selector {label!r} wants drafter {wanted!r}, but the pool has {names}")
-        if sel_name == "fixed":
-            sel_kwargs["index"] = names.index(wanted)
-    if stock:
-        general = str(sel.get("drafter") or _get(_plain(_get(cfg, "pool")), "generalist", names[0]))
-        if general not in names:
-            raise ValueError(f"selector=eagle needs the generalist drafter {general!r}, but the pool has {names}")
-        paths, names = [paths[names.index(general)]], [general]
+def _served_drafters(cfg: Any, sel: _SelectorPlan, names: list[str], paths: list[str]) -> tuple[list[str], list[str]]:
+    """Resolve ``selector.drafter`` to a Fixed index; stock EAGLE-3 serves the generalist alone."""
+    if sel.drafter is not None:
+        if sel.drafter not in names:
+            raise ValueError(f"selector {sel.label!r} wants drafter {sel.drafter!r}, but the pool has {names}")
+        if sel.name == "fixed":
+            sel.kwargs["index"] = names.index(sel.drafter)
+    if not sel.stock:
+        return names, paths
+    general = sel.drafter or str(_get(_plain(_get(cfg, "pool")), "generalist", names[0]))
+    if general not in names:
+        raise ValueError(f"selector=eagle needs the generalist drafter {general!r}, but the pool has {names}")
+    return [general], [paths[names.index(general)]]
 
-    host, port = str(_get(cfg, "host", "127.0.0.1")), int(_get(cfg, "port", 30000))
-    argv = [python or sys.executable, "-m", "hedgespec.serving.server",
-            "--model-path", target_path, "--host", host, "--port", str(port),
-            "--speculative-algorithm", "EAGLE3" if stock else "HEDGESPEC",
-            "--speculative-draft-model-path", paths[0],
-            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
-            "--speculative-num-draft-tokens", str(draft_tokens),
+
+def _server_args(cfg: Any, dec: DecodingConfig, device: str) -> list[str]:
+    """Every speculative and sizing flag explicit (``decoding`` group → ``--speculative-*``)."""
+    argv = ["--speculative-num-steps", str(dec.num_steps), "--speculative-eagle-topk", str(dec.topk),
+            "--speculative-num-draft-tokens", str(dec.num_draft_tokens),
             "--max-running-requests", str(int(_get(cfg, "max_running_requests", 16))),
             "--disable-overlap-schedule"]
     max_total = _get(cfg, "max_total_tokens") or (CPU_DEFAULT_MAX_TOTAL_TOKENS if device == "cpu" else None)
@@ -229,18 +222,38 @@ def build_plan(cfg: Any, python: str | None = None) -> ServePlan:
         argv += ["--dtype", str(_get(cfg, "dtype"))]
     if device == "cpu":
         argv += ["--device", "cpu", "--attention-backend", "intel_amx", "--skip-server-warmup"]
-    argv += [str(a) for a in (_plain(_get(cfg, "extra_args")) or [])]
+    return argv + [str(a) for a in (_plain(_get(cfg, "extra_args")) or [])]
 
+
+def _server_env(sel: _SelectorPlan, names: list[str], paths: list[str], device: str) -> dict[str, str]:
     env: dict[str, str] = {}
-    if not stock:
-        env["HEDGESPEC_CONFIG"] = json.dumps({"drafters": paths, "names": names, "selector": sel_name,
-                                              "selector_kwargs": sel_kwargs})
+    if not sel.stock:
+        env["HEDGESPEC_CONFIG"] = json.dumps({"drafters": paths, "names": names, "selector": sel.name,
+                                              "selector_kwargs": sel.kwargs})
         env["SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"] = "1"  # all-row draft logits exist on the eager path only
     if device == "cpu":
-        from hedgespec.serving.server import cpu_environment
-
         cpu = cpu_environment({})
         env.update({"PYTHONPATH": cpu["PYTHONPATH"], "SGLANG_USE_CPU_ENGINE": "1"})
-    return ServePlan(argv=argv, env=env, algorithm="EAGLE3" if stock else "HEDGESPEC", target_path=target_path,
-                     drafter_names=names, drafter_paths=paths, selector=label, selector_kwargs=sel_kwargs,
-                     host=host, port=port)
+    return env
+
+
+def build_plan(cfg: Any, python: str | None = None) -> ServePlan:
+    """Validate a composed serve config and build the server command (see module docstring)."""
+    device = str(_get(cfg, "device", "cuda"))
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r}: expected one of {DEVICES}")
+    sel = _selector_plan(cfg)
+    dec = DecodingConfig.from_dict(_plain(_get(cfg, "decoding")) or {})
+    if not sel.stock and dec.mode != "chain":
+        raise ValueError(f"decoding.mode={dec.mode}: the HEDGESPEC worker drafts chains only (decoding=chain)")
+    _, target_path, drafters = resolve_pool(_get(cfg, "pool"), _get(cfg, "workdir", "outputs/serve"))
+    check_drafters(_local_target_config(target_path), drafters)
+    names, paths = _served_drafters(cfg, sel, [n for n, _ in drafters], [str(Path(p).resolve()) for _, p in drafters])
+    host, port = str(_get(cfg, "host", "127.0.0.1")), int(_get(cfg, "port", 30000))
+    algorithm = "EAGLE3" if sel.stock else "HEDGESPEC"
+    argv = [python or sys.executable, "-m", "hedgespec.serving.server", "--model-path", target_path,
+            "--host", host, "--port", str(port), "--speculative-algorithm", algorithm,
+            "--speculative-draft-model-path", paths[0], *_server_args(cfg, dec, device)]
+    return ServePlan(argv=argv, env=_server_env(sel, names, paths, device), algorithm=algorithm,
+                     target_path=target_path, drafter_names=names, drafter_paths=paths, selector=sel.label,
+                     selector_kwargs=sel.kwargs, host=host, port=port)
