@@ -23,7 +23,19 @@ from .registry import get_recipe
 from .variants import VARIANTS, apply_variant
 
 __all__ = [
-    "DOMAINS", "EVAL_ONLY_DOMAINS", "SOURCES", "TRAIN_DOMAINS", "VARIANTS", "DataRecipeError", "Example",
-    "NotEnoughDataError", "SourceUnavailableError", "apply_variant", "get_recipe", "prepare", "prepare_domain",
-    "read_jsonl", "validate_record",
+    "DOMAINS",
+    "EVAL_ONLY_DOMAINS",
+    "SOURCES",
+    "TRAIN_DOMAINS",
+    "VARIANTS",
+    "DataRecipeError",
+    "Example",
+    "NotEnoughDataError",
+    "SourceUnavailableError",
+    "apply_variant",
+    "get_recipe",
+    "prepare",
+    "prepare_domain",
+    "read_jsonl",
+    "validate_record",
 ]

@@ -22,14 +22,33 @@ from .sources import go_sqlite
 INFO = RecipeInfo(
     name="biology",
     description="Gene Ontology term questions answered from curated GO definitions and parents",
-    offline=(SourceInfo("Gene Ontology (GO.db 3.16)", "Debian r-bioc-go.db 3.16.0-1 (GO.sqlite)", "GO content CC-BY-4.0; package Artistic-2.0"),),
+    offline=(
+        SourceInfo(
+            "Gene Ontology (GO.db 3.16)",
+            "Debian r-bioc-go.db 3.16.0-1 (GO.sqlite)",
+            "GO content CC-BY-4.0; package Artistic-2.0",
+        ),
+    ),
     hf=(SourceInfo("camel-ai/biology", "huggingface.co/datasets/camel-ai/biology (biology.zip)", "CC-BY-NC-4.0"),),
 )
 ONTO = {"BP": "biological process", "MF": "molecular function", "CC": "cellular component"}
 QUESTIONS = {
-    "BP": ["What is {t} in biology?", "Describe the biological process '{t}'.", "Explain what happens during {t}.", "What does the Gene Ontology term '{t}' ({id}) describe?"],
-    "MF": ["What is the molecular function '{t}'?", "Explain the activity '{t}' at the molecular level.", "What does the Gene Ontology term '{t}' ({id}) describe?"],
-    "CC": ["What is the {t}?", "Describe the cellular component '{t}' and where it is found.", "What does the Gene Ontology term '{t}' ({id}) describe?"],
+    "BP": [
+        "What is {t} in biology?",
+        "Describe the biological process '{t}'.",
+        "Explain what happens during {t}.",
+        "What does the Gene Ontology term '{t}' ({id}) describe?",
+    ],
+    "MF": [
+        "What is the molecular function '{t}'?",
+        "Explain the activity '{t}' at the molecular level.",
+        "What does the Gene Ontology term '{t}' ({id}) describe?",
+    ],
+    "CC": [
+        "What is the {t}?",
+        "Describe the cellular component '{t}' and where it is found.",
+        "What does the Gene Ontology term '{t}' ({id}) describe?",
+    ],
 }
 
 
@@ -37,7 +56,10 @@ def load_terms(limit: int | None = None) -> list[dict]:
     con = sqlite3.connect(f"file:{go_sqlite()}?mode=ro", uri=True)
     terms = {
         r[0]: {"id": r[1], "term": r[2], "onto": r[3], "definition": r[4], "parents": [], "syn": []}
-        for r in con.execute("SELECT _id, go_id, term, ontology, definition FROM go_term WHERE definition IS NOT NULL AND length(definition) > 30 AND ontology IN ('BP','MF','CC')")
+        for r in con.execute(
+            "SELECT _id, go_id, term, ontology, definition FROM go_term WHERE definition IS NOT NULL "
+            "AND length(definition) > 30 AND ontology IN ('BP','MF','CC')"
+        )
     }
     for o in ("bp", "mf", "cc"):
         for cid, pid, rel in con.execute(f"SELECT _id, _parent_id, relationship_type FROM go_{o}_parents"):
@@ -52,7 +74,10 @@ def load_terms(limit: int | None = None) -> list[dict]:
 
 def _answer(t: dict) -> str:
     kind = ONTO[t["onto"]]
-    parts = [f"{t['term'][0].upper() + t['term'][1:]} ({t['id']}) is a {kind} in the Gene Ontology. {t['definition'].strip()}"]
+    parts = [
+        f"{t['term'][0].upper() + t['term'][1:]} ({t['id']}) is a {kind} in the Gene Ontology. "
+        f"{t['definition'].strip()}"
+    ]
     isa = [p for r, p in t["parents"] if r == "isa"][:3]
     part = [p for r, p in t["parents"] if r == "part_of"][:2]
     if isa:

@@ -50,8 +50,9 @@ def default_sizes(domain: str, n_train: int | None, n_eval: int | None) -> tuple
     if nt < 0 or ne < 0:
         raise DataRecipeError(f"n_train={nt} / n_eval={ne} must be >= 0")
     if domain not in EVAL_ONLY_DOMAINS and nt == 0:
-        raise DataRecipeError(f"domain={domain}: n_train must be >= 1 "
-                              f"(eval-only sets are {', '.join(EVAL_ONLY_DOMAINS)})")
+        raise DataRecipeError(
+            f"domain={domain}: n_train must be >= 1 (eval-only sets are {', '.join(EVAL_ONLY_DOMAINS)})"
+        )
     if ne == 0:
         raise DataRecipeError(f"domain={domain}: n_eval must be >= 1")
     return nt, ne
@@ -63,8 +64,9 @@ def domain_dir(data_dir: str | os.PathLike[str], source: str, domain: str) -> Pa
 
 def _check(domain: str, split: Split, n_train: int, n_eval: int) -> None:
     if len(split.train) != n_train or len(split.eval) != n_eval:
-        raise RuntimeError(f"recipe {domain} returned {len(split.train)}/{len(split.eval)} examples, "
-                           f"expected {n_train}/{n_eval}")
+        raise RuntimeError(
+            f"recipe {domain} returned {len(split.train)}/{len(split.eval)} examples, expected {n_train}/{n_eval}"
+        )
     tr = {normalise_prompt(e.prompt) for e in split.train}
     overlap = [e.key for e in split.eval if normalise_prompt(e.prompt) in tr]
     if overlap:
@@ -128,8 +130,11 @@ def prepare_domain(
         files = _write_files(tmp, train, evals, variant, seed)
         manifest = _manifest(domain, source, recipe, split, train, evals, files, seed, build_s)
         if tokenizer is not None:
-            manifest["tokens"] = {"tokenizer": tokenizer_name or type(tokenizer).__name__,
-                                  "train": _count_tokens(tokenizer, train), "eval": _count_tokens(tokenizer, evals)}
+            manifest["tokens"] = {
+                "tokenizer": tokenizer_name or type(tokenizer).__name__,
+                "train": _count_tokens(tokenizer, train),
+                "eval": _count_tokens(tokenizer, evals),
+            }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         # keep target-regenerated answers when train.jsonl is reproduced byte for byte
         old_manifest = out / "manifest.json"
@@ -140,23 +145,41 @@ def prepare_domain(
     return out
 
 
-def _write_files(tmp: Path, train: list[dict], evals: list[dict], variant: str | None,
-                 seed: int) -> dict[str, dict[str, Any]]:
+def _write_files(
+    tmp: Path, train: list[dict], evals: list[dict], variant: str | None, seed: int
+) -> dict[str, dict[str, Any]]:
     """train.jsonl (when there is a train split), eval.jsonl and eval_<variant>.jsonl; returns their entries."""
     files: dict[str, dict[str, Any]] = {}
     if train:
         files["train.jsonl"] = {"records": len(train), "sha256": write_jsonl(tmp / "train.jsonl", train)}
     files["eval.jsonl"] = {"records": len(evals), "sha256": write_jsonl(tmp / "eval.jsonl", evals)}
     if variant:
-        var = [{"id": r["id"], "conversations": [{"role": "user", "content": apply_variant(
-            r["conversations"][0]["content"], variant, seed)}] + r["conversations"][1:]} for r in evals]
+        var = [
+            {
+                "id": r["id"],
+                "conversations": [
+                    {"role": "user", "content": apply_variant(r["conversations"][0]["content"], variant, seed)}
+                ]
+                + r["conversations"][1:],
+            }
+            for r in evals
+        ]
         name = f"eval_{variant}.jsonl"
         files[name] = {"records": len(var), "sha256": write_jsonl(tmp / name, var), "variant": variant}
     return files
 
 
-def _manifest(domain: str, source: str, recipe: Any, split: Split, train: list[dict], evals: list[dict],
-              files: dict[str, dict[str, Any]], seed: int, build_s: float) -> dict[str, Any]:
+def _manifest(
+    domain: str,
+    source: str,
+    recipe: Any,
+    split: Split,
+    train: list[dict],
+    evals: list[dict],
+    files: dict[str, dict[str, Any]],
+    seed: int,
+    build_s: float,
+) -> dict[str, Any]:
     """manifest.json without its optional ``tokens`` block."""
     mix: dict[str, int] = {}
     for e in split.train:
@@ -173,8 +196,10 @@ def _manifest(domain: str, source: str, recipe: Any, split: Split, train: list[d
         "n_train": len(train),
         "n_eval": len(evals),
         "files": files,
-        "chars": {"train": sum(len(t["content"]) for r in train for t in r["conversations"]),
-                  "eval": sum(len(t["content"]) for r in evals for t in r["conversations"])},
+        "chars": {
+            "train": sum(len(t["content"]) for r in train for t in r["conversations"]),
+            "eval": sum(len(t["content"]) for r in evals for t in r["conversations"]),
+        },
         "build_seconds": round(build_s, 3),
         "train_keys_sample": [e.key for e in split.train[:5]],
     }
@@ -206,6 +231,8 @@ def prepare(
         m = json.loads((out[d] / "manifest.json").read_text(encoding="utf-8"))
         tok = f", {m['tokens']['train']['total_tokens']} train tokens" if "tokens" in m else ""
         if log:
-            log(f"[prepare_data] {d:9s} {source}: {m['n_train']} train / {m['n_eval']} eval in "
-                f"{time.perf_counter() - t:.1f}s{tok} -> {out[d]}")
+            log(
+                f"[prepare_data] {d:9s} {source}: {m['n_train']} train / {m['n_eval']} eval in "
+                f"{time.perf_counter() - t:.1f}s{tok} -> {out[d]}"
+            )
     return out

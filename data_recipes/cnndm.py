@@ -25,8 +25,16 @@ INFO = RecipeInfo(
     name="cnndm",
     description="summarize-this-article prompts over Lee (ABC) and Reuters-21578 news, lead-3/headline targets",
     offline=(
-        SourceInfo("Lee news corpus (350 ABC articles)", "PyPI gensim==4.4.0 wheel (test data, extracted, not installed)", "research use (Lee, Pincombe & Welsh 2005); gensim LGPL-2.1"),
-        SourceInfo("Reuters-21578 sample (80 stories)", "Debian r-cran-tm 0.7-11-1", "Reuters-21578: free for research use; r-cran-tm GPL-3"),
+        SourceInfo(
+            "Lee news corpus (350 ABC articles)",
+            "PyPI gensim==4.4.0 wheel (test data, extracted, not installed)",
+            "research use (Lee, Pincombe & Welsh 2005); gensim LGPL-2.1",
+        ),
+        SourceInfo(
+            "Reuters-21578 sample (80 stories)",
+            "Debian r-cran-tm 0.7-11-1",
+            "Reuters-21578: free for research use; r-cran-tm GPL-3",
+        ),
     ),
     hf=(SourceInfo("abisee/cnn_dailymail 3.0.0", "huggingface.co/datasets/abisee/cnn_dailymail", "Apache-2.0"),),
 )
@@ -46,7 +54,9 @@ def articles() -> list[dict]:
             if len(sentences(text)) >= 4:
                 out.append({"key": f"lee/{fname}/{i}", "title": None, "text": text})
     root = reuters_dir()
-    for path in sorted(list((root / "acq").glob("*.xml")) + list((root / "crude").glob("*.xml")) + [root / "reuters-21578.xml"]):
+    for path in sorted(
+        list((root / "acq").glob("*.xml")) + list((root / "crude").glob("*.xml")) + [root / "reuters-21578.xml"]
+    ):
         raw = path.read_text(encoding="latin-1")
         for j, m in enumerate(re.finditer(r"<REUTERS[^>]*NEWID=\"(\d+)\"[^>]*>(.*?)</REUTERS>", raw, re.S)):
             title = re.search(r"<TITLE>(.*?)</TITLE>", m.group(2), re.S)
@@ -56,7 +66,9 @@ def articles() -> list[dict]:
             text = re.sub(r"\s+", " ", html.unescape(body.group(1))).strip()
             text = re.sub(r"\s*Reuter\s*\W*$", "", text)
             if len(sentences(text)) >= 3:
-                out.append({"key": f"reuters/{m.group(1)}", "title": html.unescape(title.group(1)).strip(), "text": text})
+                out.append(
+                    {"key": f"reuters/{m.group(1)}", "title": html.unescape(title.group(1)).strip(), "text": text}
+                )
     return out
 
 
@@ -71,10 +83,25 @@ def article_examples(a: dict, rng) -> list[Example]:
     text = a["text"]
     g = a["key"]
     out = [
-        Example(rng.choice(["Summarize the following news article in three sentences.", "Summarize this article.", "Write a brief summary of the news story below."])
-                + f"\n\nArticle:\n{text}", " ".join(lead3), g, f"{g}:summary"),
-        Example(f"Read the news article below and write its key points as highlights, one per line.\n\n{text}",
-                "\n".join(f"- {s}" for s in lead3), g, f"{g}:highlights"),
+        Example(
+            rng.choice(
+                [
+                    "Summarize the following news article in three sentences.",
+                    "Summarize this article.",
+                    "Write a brief summary of the news story below.",
+                ]
+            )
+            + f"\n\nArticle:\n{text}",
+            " ".join(lead3),
+            g,
+            f"{g}:summary",
+        ),
+        Example(
+            f"Read the news article below and write its key points as highlights, one per line.\n\n{text}",
+            "\n".join(f"- {s}" for s in lead3),
+            g,
+            f"{g}:highlights",
+        ),
     ]
     head = _headline(a["title"]) if a["title"] else sents[0]
     out.append(Example(f"Write a one-line headline for this news story.\n\n{text}", head, g, f"{g}:headline"))
@@ -88,6 +115,13 @@ def build_offline(n_train: int, n_eval: int, seed: int) -> Split:
 
 def build_hf(n_train: int, n_eval: int, seed: int) -> Split:
     ds = hfsrc.load("cnndm", "abisee/cnn_dailymail", "3.0.0", split="train")
-    exs = [Example(f"Summarize the following news article.\n\nArticle:\n{r['article']}", r["highlights"], group=str(i), key=r.get("id", str(i)))
-           for i, r in enumerate(ds.select(range(min(len(ds), 20 * (n_train + n_eval) + 1000))))]
+    exs = [
+        Example(
+            f"Summarize the following news article.\n\nArticle:\n{r['article']}",
+            r["highlights"],
+            group=str(i),
+            key=r.get("id", str(i)),
+        )
+        for i, r in enumerate(ds.select(range(min(len(ds), 20 * (n_train + n_eval) + 1000))))
+    ]
     return split_by_group("cnndm", exs, n_train, n_eval, seed)

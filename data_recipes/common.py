@@ -13,9 +13,10 @@ import json
 import os
 import random
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 # Domains with a train split (one expert drafter each) + the generalist mix, then the eval-only OOD sets.
 TRAIN_DOMAINS: tuple[str, ...] = ("python", "math", "biology", "chemistry", "medqa", "cnndm", "sql")
@@ -170,7 +171,9 @@ def to_record(ex_id: str, ex: Example, with_answer: bool = True) -> dict[str, An
 def validate_record(rec: Any, require_answer: bool = True) -> None:
     """Schema check of one SpecForge conversation record; raises ValueError naming the problem."""
     if not isinstance(rec, dict) or set(rec) - {"id", "conversations"} or "id" not in rec or "conversations" not in rec:
-        raise ValueError(f"record must be {{'id', 'conversations'}}, got keys {sorted(rec) if isinstance(rec, dict) else type(rec)}")
+        raise ValueError(
+            f"record must be {{'id', 'conversations'}}, got keys {sorted(rec) if isinstance(rec, dict) else type(rec)}"
+        )
     if not isinstance(rec["id"], str) or not rec["id"]:
         raise ValueError(f"record id must be a non-empty string, got {rec['id']!r}")
     conv = rec["conversations"]

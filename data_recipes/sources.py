@@ -21,7 +21,9 @@ INSTALL_HINT = "run `bash scripts/install.d/20-data.sh` (offline data step of sc
 def package_dir(module: str, pip_name: str) -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise SourceUnavailableError(f"offline source needs the PyPI package {pip_name}, which is not installed; {INSTALL_HINT}")
+        raise SourceUnavailableError(
+            f"offline source needs the PyPI package {pip_name}, which is not installed; {INSTALL_HINT}"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 

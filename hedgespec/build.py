@@ -55,9 +55,14 @@ class Pool:
     domains: list[str]
 
 
-def drafter_domains(pool_cfg: Mapping[str, Any], names: Sequence[str], aliases: Mapping[str, str] | None = None,
-                    manifest_domains: Mapping[str, str] | None = None) -> list[str]:
-    """Domain of each drafter: manifest ``domain``, else the pool entry's ``domain``, else ``aliases[name]``, else its name."""
+def drafter_domains(
+    pool_cfg: Mapping[str, Any],
+    names: Sequence[str],
+    aliases: Mapping[str, str] | None = None,
+    manifest_domains: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Domain of each drafter: manifest ``domain``, else the pool entry's ``domain``, else ``aliases[name]``, else
+    its name."""
     entries = {str(d.get("name")): d for d in (pool_cfg.get("drafters") or []) if isinstance(d, Mapping)}
     out = []
     for n in names:
@@ -76,8 +81,11 @@ def _fit_entry(d: Mapping[str, Any], j: int, name: str, model: Any, tokenizer: A
     seqs = []
     for text in d.get("prompts") or []:
         ids = torch.tensor(tokenizer(text)["input_ids"], dtype=torch.long)
-        seqs.append(model.generate(ids[None], max_new_tokens=int(d.get("length", 48)), do_sample=False,
-                                   eos_token_id=None, pad_token_id=0)[0].cpu())
+        seqs.append(
+            model.generate(
+                ids[None], max_new_tokens=int(d.get("length", 48)), do_sample=False, eos_token_id=None, pad_token_id=0
+            )[0].cpu()
+        )
     if not seqs:
         raise ValueError(f"pool drafter {name!r}: kind 'fit' needs a non-empty `prompts` list")
     base = random_drafter(model, seed=int(d.get("seed", j)), name=name)
@@ -119,11 +127,15 @@ def build_pool(cfg: Mapping[str, Any], model: Any, tokenizer: Any) -> Pool:
     pool_cfg = dict(cfg["pool"])
     aliases = cfg.get("drafter_domains") or {}
     if pool_cfg.get("manifest"):
-        info = TargetInfo.from_model(str((cfg.get("target") or {}).get("name", pool_cfg.get("target"))), model, tokenizer)
+        info = TargetInfo.from_model(
+            str((cfg.get("target") or {}).get("name", pool_cfg.get("target"))), model, tokenizer
+        )
         man = load_manifest(pool_cfg["manifest"], info)
         drafters = [Eagle3Drafter.load(man.drafter_path(d), model, name=d.name) for d in man.drafters]
         names = [d.name for d in drafters]
-        return Pool(drafters, names, drafter_domains(pool_cfg, names, aliases, {d.name: d.domain for d in man.drafters}))
+        return Pool(
+            drafters, names, drafter_domains(pool_cfg, names, aliases, {d.name: d.domain for d in man.drafters})
+        )
     cdir = _pool_cache_dir(cfg, pool_cfg)
     names_cfg = [str(d.get("name", f"d{j}")) for j, d in enumerate(pool_cfg.get("drafters") or [])]
     if cdir is not None and names_cfg and all((cdir / n / "config.json").is_file() for n in names_cfg):
@@ -166,25 +178,35 @@ def check_selector_config(cfg: Mapping[str, Any]) -> None:
     sel = cfg.get("selector") or {}
     name = sel.get("name")
     if name not in SELECTORS:
-        raise ValueError(f"unknown selector {name!r}; expected selector=<one of {list(SELECTOR_CHOICES)}> "
-                         f"(library names: {sorted(SELECTORS)})")
+        raise ValueError(
+            f"unknown selector {name!r}; expected selector=<one of {list(SELECTOR_CHOICES)}> "
+            f"(library names: {sorted(SELECTORS)})"
+        )
     if cfg.get("fixed") and (name != "fixed" or sel.get("label") not in (None, "fixed")):
-        raise ValueError(f"fixed={cfg['fixed']!r} needs selector=fixed (got selector={sel.get('label') or name}): "
-                         f"python scripts/bench.py selector=fixed fixed={cfg['fixed']}")
+        raise ValueError(
+            f"fixed={cfg['fixed']!r} needs selector=fixed (got selector={sel.get('label') or name}): "
+            f"python scripts/bench.py selector=fixed fixed={cfg['fixed']}"
+        )
 
 
-def router_classifier(cfg: Mapping[str, Any], domains: Sequence[str], generalist: int) -> tuple[Any, dict[str, int], dict[str, Any]]:
+def router_classifier(
+    cfg: Mapping[str, Any], domains: Sequence[str], generalist: int
+) -> tuple[Any, dict[str, int], dict[str, Any]]:
     """Train the prompt router (TF-IDF + logistic regression) on the training prompts of the pool's expert domains."""
     from hedgespec.selectors.router import train_router  # scikit-learn: optional, only for selector=router
 
     if not cfg.get("data"):
-        raise ValueError("selector=router needs a prompt classifier trained on the domain data: run it with "
-                         "`python scripts/bench.py selector=router ...`, which trains it from the data recipes")
+        raise ValueError(
+            "selector=router needs a prompt classifier trained on the domain data: run it with "
+            "`python scripts/bench.py selector=router ...`, which trains it from the data recipes"
+        )
     rcfg = dict(cfg.get("router") or {})
     experts = {d: i for i, d in enumerate(domains) if i != generalist and d != "general"}
     if len(experts) < 2:
-        raise ValueError(f"selector=router needs at least two expert domains in the pool, got {sorted(experts)} "
-                         f"(drafter domains {list(domains)}; map drafter names to domains with drafter_domains)")
+        raise ValueError(
+            f"selector=router needs at least two expert domains in the pool, got {sorted(experts)} "
+            f"(drafter domains {list(domains)}; map drafter names to domains with drafter_domains)"
+        )
     prompts, labels = [], []
     for d in experts:
         reqs = domain_prompts(cfg["data"], d, rcfg.get("max_train_per_domain"), split=str(rcfg.get("split", "train")))
@@ -192,8 +214,12 @@ def router_classifier(cfg: Mapping[str, Any], domains: Sequence[str], generalist
         labels += [d] * len(reqs)
     t0 = time.perf_counter()
     clf = train_router(prompts, labels, seed=int(cfg.get("seed", 0)))
-    info = {"classes": sorted(experts), "n_train": len(prompts), "train_s": time.perf_counter() - t0,
-            "classifier": "tfidf(1-2 grams)+logistic_regression"}
+    info = {
+        "classes": sorted(experts),
+        "n_train": len(prompts),
+        "train_s": time.perf_counter() - t0,
+        "classifier": "tfidf(1-2 grams)+logistic_regression",
+    }
     return clf, experts, info
 
 
@@ -213,7 +239,9 @@ def _selector_kwargs(cfg: Mapping[str, Any], names: Sequence[str], domains: Sequ
     return kw
 
 
-def build_selector(cfg: Mapping[str, Any], names: Sequence[str], domains: Sequence[str]) -> tuple[Callable[[], Any], dict[str, Any]]:
+def build_selector(
+    cfg: Mapping[str, Any], names: Sequence[str], domains: Sequence[str]
+) -> tuple[Callable[[], Any], dict[str, Any]]:
     """A factory of fresh selectors for ``cfg['selector']`` over this pool, and side info (resolved index, router)."""
     check_selector_config(cfg)
     name = cfg["selector"]["name"]
@@ -237,7 +265,9 @@ def decoding_of(cfg: Mapping[str, Any]) -> DecodingConfig:
 def sampling_of(cfg: Mapping[str, Any]) -> SamplingParams:
     """The run's sampling settings; its seed is the run's top-level ``seed``."""
     if not isinstance(cfg.get("sampling"), Mapping):
-        raise ValueError("the config has no `sampling` block: compose it with a conf/sampling/ option (sampling=greedy)")
+        raise ValueError(
+            "the config has no `sampling` block: compose it with a conf/sampling/ option (sampling=greedy)"
+        )
     return SamplingParams.from_dict({**cfg["sampling"], "seed": cfg.get("seed")})
 
 
@@ -262,11 +292,23 @@ class Built:
 
     def engine(self, selector: Any = None, full_counterfactual: bool = False) -> SpeculativeEngine:
         """A reference engine over this pool with ``selector`` (default: a fresh one from the factory)."""
-        return SpeculativeEngine(self.model, self.pool.drafters, self.selector_factory() if selector is None else selector,
-                                 self.decoding, eos_token_id=self.eos_token_id, full_counterfactual=full_counterfactual)
+        return SpeculativeEngine(
+            self.model,
+            self.pool.drafters,
+            self.selector_factory() if selector is None else selector,
+            self.decoding,
+            eos_token_id=self.eos_token_id,
+            full_counterfactual=full_counterfactual,
+        )
 
-    def oracle(self, ids: Any, max_new_tokens: int, sampling: SamplingParams, request_id: Any = 0,
-               trace_path: str | None = None) -> tuple[int, list[float]]:
+    def oracle(
+        self,
+        ids: Any,
+        max_new_tokens: int,
+        sampling: SamplingParams,
+        request_id: Any = 0,
+        trace_path: str | None = None,
+    ) -> tuple[int, list[float]]:
         """Best fixed drafter in hindsight by MAT for one request, and every fixed drafter's MAT.
 
         Greedy: one full-counterfactual pass (every drafter drafts from every position; exact), appended to
@@ -275,8 +317,9 @@ class Built:
         if sampling.greedy:
             if self._probe is None:
                 self._probe = self.engine(make_selector("fixed", index=0), full_counterfactual=True)
-            self._probe.generate(ids, max_new_tokens, sampling, ctx=RequestContext(request_id=request_id),
-                                 trace_path=trace_path)
+            self._probe.generate(
+                ids, max_new_tokens, sampling, ctx=RequestContext(request_id=request_id), trace_path=trace_path
+            )
             best, mats = best_fixed_mat(self._probe.last_trace.runs, self.decoding.num_steps)
             return int(best), [float(m) for m in mats]
         mats = []
@@ -286,7 +329,9 @@ class Built:
         return max(range(self.n), key=lambda i: mats[i]), mats
 
 
-def build(cfg: Mapping[str, Any], model: Any = None, tokenizer: Any = None, drafters: Sequence[Any] | None = None) -> Built:
+def build(
+    cfg: Mapping[str, Any], model: Any = None, tokenizer: Any = None, drafters: Sequence[Any] | None = None
+) -> Built:
     """Build target, pool, selector factory and decoding settings from a composed config (see module docstring).
 
     ``model``/``tokenizer``/``drafters`` may be injected (tests, notebooks); otherwise they are built from

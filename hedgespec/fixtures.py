@@ -82,8 +82,13 @@ The capital of France is Paris. The quick brown fox jumps over the lazy dog. Hel
 
 # ------------------------------------------------------------------------------------------- tokenizers
 def _chatml_tokenizer(tok: Tokenizer, register_specials: bool = False) -> PreTrainedTokenizerFast:
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
     if register_specials:
         fast.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS)})
     fast.chat_template = CHAT_TEMPLATE
@@ -137,8 +142,9 @@ def random_llama(cfg: LlamaConfig, seed: int, std: float | None = None) -> Llama
     return model
 
 
-def tiny_target(arch: TinyArch, seed: int = 0, dtype: str = "float32",
-                device: str = "cpu") -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+def tiny_target(
+    arch: TinyArch, seed: int = 0, dtype: str = "float32", device: str = "cpu"
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     """The ``tiny`` target of shape ``arch``: ``(LlamaForCausalLM, tokenizer)``, weights from ``seed``, eval mode."""
     tok = build_tiny_tokenizer(arch.vocab_size)
     cfg = LlamaConfig(
@@ -165,17 +171,28 @@ def tiny_target(arch: TinyArch, seed: int = 0, dtype: str = "float32",
     return model, tok
 
 
-def build_checkpoint_target(seed: int = 0, num_layers: int = 4,
-                            mode: str = "random") -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+def build_checkpoint_target(
+    seed: int = 0, num_layers: int = 4, mode: str = "random"
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     """The serving checkpoints' target (fp32, H=64, byte vocabulary, weights std 0.2); ``const``: final norm 0."""
     if mode not in TARGET_MODES:
         raise ValueError(f"target mode must be 'random' or 'const', got {mode!r}")
     tok = byte_tokenizer()
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=CKPT_HIDDEN, intermediate_size=CKPT_INTER,
-                      num_hidden_layers=num_layers, num_attention_heads=CKPT_HEADS, num_key_value_heads=CKPT_KV_HEADS,
-                      max_position_embeddings=1024, tie_word_embeddings=False, rms_norm_eps=1e-5,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      torch_dtype="float32")
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=CKPT_HIDDEN,
+        intermediate_size=CKPT_INTER,
+        num_hidden_layers=num_layers,
+        num_attention_heads=CKPT_HEADS,
+        num_key_value_heads=CKPT_KV_HEADS,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-5,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        torch_dtype="float32",
+    )
     model = random_llama(cfg, seed, std=0.2)
     if mode == "const":
         with torch.no_grad():
@@ -183,13 +200,30 @@ def build_checkpoint_target(seed: int = 0, num_layers: int = 4,
     return model, tok
 
 
-def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 64, hidden: int = 32, heads: int = 4, kv_heads: int = 2,
-               max_positions: int = 256, init: float = 0.2) -> LlamaForCausalLM:
+def tiny_llama(
+    seed: int = 0,
+    layers: int = 2,
+    vocab: int = 64,
+    hidden: int = 32,
+    heads: int = 4,
+    kv_heads: int = 2,
+    max_positions: int = 256,
+    init: float = 0.2,
+) -> LlamaForCausalLM:
     """A random ``LlamaForCausalLM`` (eval mode, float32, no special tokens) for engine tests; global RNG untouched."""
     cfg = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions,
-        initializer_range=init, bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+        initializer_range=init,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
     )
     return random_llama(cfg, seed).eval()
 
@@ -198,8 +232,14 @@ def tiny_llama(seed: int = 0, layers: int = 2, vocab: int = 64, hidden: int = 32
 def greedy_reference(model: Any, prompt: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
     """``transformers.generate(do_sample=False)`` for exactly ``max_new_tokens`` tokens; returns [1, P+n]."""
     ids = prompt if prompt.dim() == 2 else prompt[None]
-    return model.generate(ids, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
-                          eos_token_id=None, pad_token_id=0)
+    return model.generate(
+        ids,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
 
 
 # --------------------------------------------------------------------------------------------- drafters
@@ -208,10 +248,21 @@ def check_drafter_mode(mode: str) -> None:
         raise ValueError(f"drafter mode must be one of {DRAFTER_MODES}, got {mode!r}")
 
 
-def drafter_config(*, hidden_size: int, intermediate_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
-                   vocab_size: int, draft_vocab_size: int, aux_layer_ids: Sequence[int], max_position_embeddings: int,
-                   rms_norm_eps: float, rope: Mapping[str, Any] | None = None,
-                   extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def drafter_config(
+    *,
+    hidden_size: int,
+    intermediate_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    vocab_size: int,
+    draft_vocab_size: int,
+    aux_layer_ids: Sequence[int],
+    max_position_embeddings: int,
+    rms_norm_eps: float,
+    rope: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """An EAGLE-3 ``config.json`` (one midlayer, SGLang ``LlamaForCausalLMEagle3``); ``extra`` adds fields."""
     return {
         "architectures": [EAGLE3_ARCH],
@@ -234,8 +285,9 @@ def drafter_config(*, hidden_size: int, intermediate_size: int, num_heads: int, 
     }
 
 
-def random_drafter_state(config: Mapping[str, Any], seed: int, std: float, mode: str = "random",
-                         lm_head_fan_in: bool = False) -> dict[str, torch.Tensor]:
+def random_drafter_state(
+    config: Mapping[str, Any], seed: int, std: float, mode: str = "random", lm_head_fan_in: bool = False
+) -> dict[str, torch.Tensor]:
     """Random tensors (SGLang key names) for the EAGLE-3 head ``config`` describes, drawn from ``seed``.
 
     Matrices are N(0, std²), norms 1; ``lm_head_fan_in`` draws ``lm_head`` with std 1/sqrt(H) instead (logits of
@@ -284,9 +336,15 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=lambda o: getattr(o, "__dict__", str(o))))
 
 
-def random_drafter(target: Any, seed: int = 0, draft_vocab_size: int | None = None,
-                   aux_layer_ids: Sequence[int] | None = None, intermediate_size: int | None = None,
-                   name: str | None = None, std: float = 0.02) -> Eagle3Drafter:
+def random_drafter(
+    target: Any,
+    seed: int = 0,
+    draft_vocab_size: int | None = None,
+    aux_layer_ids: Sequence[int] | None = None,
+    intermediate_size: int | None = None,
+    name: str | None = None,
+    std: float = 0.02,
+) -> Eagle3Drafter:
     """Random head shaped for ``target`` (a transformers causal LM or :class:`~hedgespec.engine.TargetModel`).
 
     ``draft_vocab_size`` defaults to the full target vocab (identity mapping); a smaller value maps the draft
@@ -296,8 +354,11 @@ def random_drafter(target: Any, seed: int = 0, draft_vocab_size: int | None = No
     tcfg = target_text_config(target)
     h, nh = tcfg.hidden_size, tcfg.num_attention_heads
     ids = tuple(aux_layer_ids) if aux_layer_ids is not None else default_aux_layer_ids(tcfg.num_hidden_layers)
-    rope = {k: getattr(tcfg, k) for k in ("rope_parameters", "rope_theta", "rope_scaling")
-            if getattr(tcfg, k, None) is not None}
+    rope = {
+        k: getattr(tcfg, k)
+        for k in ("rope_parameters", "rope_theta", "rope_scaling")
+        if getattr(tcfg, k, None) is not None
+    }
     config = drafter_config(
         hidden_size=h,
         intermediate_size=intermediate_size or tcfg.intermediate_size,
@@ -324,8 +385,14 @@ def checkpoint_drafter_state(
     """
     h, vocab = target_config["hidden_size"], target_config["vocab_size"]
     config = drafter_config(
-        hidden_size=h, intermediate_size=CKPT_INTER, num_heads=CKPT_HEADS, num_kv_heads=CKPT_KV_HEADS,
-        head_dim=h // CKPT_HEADS, vocab_size=vocab, draft_vocab_size=vocab, aux_layer_ids=aux_layer_ids,
+        hidden_size=h,
+        intermediate_size=CKPT_INTER,
+        num_heads=CKPT_HEADS,
+        num_kv_heads=CKPT_KV_HEADS,
+        head_dim=h // CKPT_HEADS,
+        vocab_size=vocab,
+        draft_vocab_size=vocab,
+        aux_layer_ids=aux_layer_ids,
         max_position_embeddings=target_config.get("max_position_embeddings", 1024),
         rms_norm_eps=target_config.get("rms_norm_eps", 1e-5),
         rope={"rope_theta": target_config.get("rope_theta", 10000.0)},
@@ -334,8 +401,9 @@ def checkpoint_drafter_state(
     return config, random_drafter_state(config, 10_000 + seed, 0.2, mode)
 
 
-def agreeing_drafter(model: Any, prompts: Sequence[torch.Tensor], seed: int = 0, steps: int = 600, length: int = 40,
-                     **kw: Any) -> Eagle3Drafter:
+def agreeing_drafter(
+    model: Any, prompts: Sequence[torch.Tensor], seed: int = 0, steps: int = 600, length: int = 40, **kw: Any
+) -> Eagle3Drafter:
     """A :func:`random_drafter` (``**kw``) distilled for ``steps`` Adam steps on ``model``'s greedy continuations."""
     seqs = [greedy_reference(model, p, length)[0] for p in prompts]
     return fit_drafter(random_drafter(model, seed=seed, **kw), model, seqs, steps=steps, seed=seed)

@@ -81,8 +81,11 @@ def atomic_dir(
 def portable_paths(obj: Any) -> Any:
     """Replace machine-local path prefixes in a JSON-like tree (home → ``~``, temp dir → ``$TMPDIR``, the
     working directory → ``.``) so committed results carry no paths of the machine that produced them."""
-    prefixes = [(os.getcwd().rstrip("/") + "/", "./"), (tempfile.gettempdir().rstrip("/") + "/", "$TMPDIR/"),
-                (os.path.expanduser("~").rstrip("/") + "/", "~/")]
+    prefixes = [
+        (os.getcwd().rstrip("/") + "/", "./"),
+        (tempfile.gettempdir().rstrip("/") + "/", "$TMPDIR/"),
+        (os.path.expanduser("~").rstrip("/") + "/", "~/"),
+    ]
     if isinstance(obj, dict):
         return {k: portable_paths(v) for k, v in obj.items()}
     if isinstance(obj, list):

@@ -106,9 +106,16 @@ def plot_mat_matrix(matrix: dict[str, dict[str, float]], path: str | Path, title
     for i, row in enumerate(data):
         best = max(row)
         for j, v in enumerate(row):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8,
-                    color="black" if v > 0.6 * best else "white",
-                    fontweight="bold" if v == max(r[j] for r in data) else None)
+            ax.text(
+                j,
+                i,
+                f"{v:.2f}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="black" if v > 0.6 * best else "white",
+                fontweight="bold" if v == max(r[j] for r in data) else None,
+            )
     fig.colorbar(im, ax=ax, label="MAT (tokens / verification)")
     ax.set_xlabel("evaluation domain")
     ax.set_ylabel("drafter")

@@ -59,7 +59,7 @@ class TargetInfo:
     tokenizer_hash: str = ""
 
     @classmethod
-    def from_model(cls, name: str, model: Any, tokenizer: Any | None = None) -> "TargetInfo":
+    def from_model(cls, name: str, model: Any, tokenizer: Any | None = None) -> TargetInfo:
         """Describe a loaded transformers target (hashes via ``hedgespec.models`` fingerprints)."""
         from hedgespec.models import target_fingerprint, tokenizer_fingerprint
 
@@ -93,9 +93,17 @@ class DrafterEntry:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "") -> "DrafterEntry":
-        required = ("name", "domain", "path", "target_hash", "vocab_mapping_hash", "draft_vocab_size",
-                    "aux_layer_ids", "data_manifest_hash")
+    def from_dict(cls, d: Mapping[str, Any], where: str = "") -> DrafterEntry:
+        required = (
+            "name",
+            "domain",
+            "path",
+            "target_hash",
+            "vocab_mapping_hash",
+            "draft_vocab_size",
+            "aux_layer_ids",
+            "data_manifest_hash",
+        )
         missing = [k for k in required if k not in d]
         if missing:
             raise ValueError(f"{where}drafter {d.get('name', '?')!r} lacks field(s) {missing}")
@@ -172,8 +180,9 @@ def _check(field_name: str, drafter: str, got: Any, want: Any, target: str, path
         )
 
 
-def validate_pool(manifest: PoolManifest, target: TargetInfo, path: Path | None = None,
-                  check_files: bool = True) -> None:
+def validate_pool(
+    manifest: PoolManifest, target: TargetInfo, path: Path | None = None, check_files: bool = True
+) -> None:
     """Raise PoolMismatchError naming the drafter and field for the first disagreement with ``target``."""
     path = path or manifest.root
     if manifest.target.hash != target.hash:
@@ -190,16 +199,26 @@ def validate_pool(manifest: PoolManifest, target: TargetInfo, path: Path | None 
                     f"has layer {i} outside the target's {target.num_layers} layers"
                 )
         if not 0 < d.draft_vocab_size <= target.vocab_size:
-            raise PoolMismatchError(f"pool manifest {path}: drafter {d.name!r}: field draft_vocab_size="
-                                    f"{d.draft_vocab_size} exceeds the target vocabulary {target.vocab_size}")
+            raise PoolMismatchError(
+                f"pool manifest {path}: drafter {d.name!r}: field draft_vocab_size="
+                f"{d.draft_vocab_size} exceeds the target vocabulary {target.vocab_size}"
+            )
         if not check_files:
             continue
         cfg_path = manifest.drafter_path(d) / "config.json"
         if not cfg_path.is_file():
-            raise PoolMismatchError(f"pool manifest {path}: drafter {d.name!r}: field path -> {cfg_path} does not exist")
+            raise PoolMismatchError(
+                f"pool manifest {path}: drafter {d.name!r}: field path -> {cfg_path} does not exist"
+            )
         cfg = json.loads(cfg_path.read_text())
-        _check("hidden_size (config.json)", d.name, cfg.get("target_hidden_size", cfg.get("hidden_size")),
-               target.hidden_size, target.name, path)
+        _check(
+            "hidden_size (config.json)",
+            d.name,
+            cfg.get("target_hidden_size", cfg.get("hidden_size")),
+            target.hidden_size,
+            target.name,
+            path,
+        )
         _check("vocab_size (config.json)", d.name, cfg.get("vocab_size"), target.vocab_size, target.name, path)
         aux = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         if aux is not None:
@@ -221,7 +240,9 @@ def save_pool(manifest: PoolManifest, path: str | Path) -> Path:
     """Write ``manifest`` to ``path`` atomically (temporary file in the same directory, then rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = f"# hedgespec pool manifest, written by `python train/run.py` (pool={manifest.pool}); do not edit by hand\n"
+    header = (
+        f"# hedgespec pool manifest, written by `python train/run.py` (pool={manifest.pool}); do not edit by hand\n"
+    )
     return write_text_atomic(header + yaml.safe_dump(manifest.to_dict(), sort_keys=False), path)
 
 
@@ -246,16 +267,21 @@ def manifest_decoding(raw: Mapping[str, Any] | None, where: str = "") -> dict[st
         return {}
     raw = dict(raw)
     if "k" in raw or "tree" in raw:
-        raw = {"mode": raw.get("tree", "chain"), "num_steps": raw.get("k"), "topk": raw.get("topk", 1),
-               "num_draft_tokens": raw.get("num_draft_tokens")}
+        raw = {
+            "mode": raw.get("tree", "chain"),
+            "num_steps": raw.get("k"),
+            "topk": raw.get("topk", 1),
+            "num_draft_tokens": raw.get("num_draft_tokens"),
+        }
     try:
         return DecodingConfig.from_dict(raw).to_dict()
     except ValueError as exc:
         raise PoolMismatchError(f"{where}bad 'decoding' block ({exc})") from exc
 
 
-def register_drafter(path: str | Path, pool: str, target: TargetInfo, entry: DrafterEntry,
-                     decoding: Mapping[str, Any] | None = None) -> PoolManifest:
+def register_drafter(
+    path: str | Path, pool: str, target: TargetInfo, entry: DrafterEntry, decoding: Mapping[str, Any] | None = None
+) -> PoolManifest:
     """Add (or replace, by name) ``entry`` in ``path``, creating the manifest if needed.
 
     Refuses (PoolMismatchError) a manifest that belongs to another target or another pool name, and an entry
@@ -263,8 +289,10 @@ def register_drafter(path: str | Path, pool: str, target: TargetInfo, entry: Dra
     """
     path = Path(path)
     if entry.target_hash != target.hash:
-        raise PoolMismatchError(f"drafter {entry.name!r}: field target_hash {entry.target_hash!r} is not the hash "
-                                f"of target {target.name!r} ({target.hash!r})")
+        raise PoolMismatchError(
+            f"drafter {entry.name!r}: field target_hash {entry.target_hash!r} is not the hash "
+            f"of target {target.name!r} ({target.hash!r})"
+        )
     with _locked(path):
         if path.exists():
             current = load_pool(path, check_files=False)

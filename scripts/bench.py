@@ -32,8 +32,12 @@ def main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     command = "python scripts/bench.py " + " ".join(shlex.quote(o) for o in hc.overrides.task)
     try:
-        bench_main(OmegaConf.to_container(cfg, resolve=True), hc.runtime.output_dir, command=command,
-                   selector_choice=hc.runtime.choices.get("selector"))
+        bench_main(
+            OmegaConf.to_container(cfg, resolve=True),
+            hc.runtime.output_dir,
+            command=command,
+            selector_choice=hc.runtime.choices.get("selector"),
+        )
     except ValueError as err:  # bad user input: one clear line, exit code 2
         print(f"bench: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -29,8 +29,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--draft-vocab", type=int, default=None,
-                    help="draft vocabulary (default: the dims' own, 512 / 32000)")
+    ap.add_argument(
+        "--draft-vocab", type=int, default=None, help="draft vocabulary (default: the dims' own, 512 / 32000)"
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
     ap.add_argument("--json", default=None, help="write the results here (default: print JSON to stdout)")
     args = ap.parse_args(argv)
@@ -38,8 +39,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
         torch.set_num_threads(args.threads)
     results = []
     for dims in args.dims:
-        res = bench_engine(dims, args.ns, args.context, args.k, args.rows, args.repeats, args.device, args.dtype,
-                           draft_vocab=args.draft_vocab)
+        res = bench_engine(
+            dims,
+            args.ns,
+            args.context,
+            args.k,
+            args.rows,
+            args.repeats,
+            args.device,
+            args.dtype,
+            draft_vocab=args.draft_vocab,
+        )
         print(format_bench(res), flush=True)
         results.append(res)
     text = json.dumps(results, indent=2)

@@ -85,12 +85,21 @@ def main() -> None:
     for name, by_n in results.items():
         print(f"| {name} | " + " | ".join(f"{by_n[str(n)]:.1f}" for n in sizes) + " |")
     nh7 = results["normal_hedge"]["7"]
-    print(f"NormalHedge at N=7: {nh7:.1f} us/update = {nh7 / 410.0:.3f} x the paper's 0.41 ms; goal <= 20 us: "
-          f"{'met' if nh7 <= 20 else 'MISSED'}")
-    print("wall microseconds (includes other processes' share of the cores): "
-          + ", ".join(f"{k} N=7 {v['7']:.1f}" for k, v in wall.items()))
-    payload = {"unit": "cpu_us_per_step", "machine": platform.processor() or platform.machine(), "steps": args.steps,
-               "results": results, "wall_us_per_step": wall}
+    print(
+        f"NormalHedge at N=7: {nh7:.1f} us/update = {nh7 / 410.0:.3f} x the paper's 0.41 ms; goal <= 20 us: "
+        f"{'met' if nh7 <= 20 else 'MISSED'}"
+    )
+    print(
+        "wall microseconds (includes other processes' share of the cores): "
+        + ", ".join(f"{k} N=7 {v['7']:.1f}" for k, v in wall.items())
+    )
+    payload = {
+        "unit": "cpu_us_per_step",
+        "machine": platform.processor() or platform.machine(),
+        "steps": args.steps,
+        "results": results,
+        "wall_us_per_step": wall,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2))
     print(f"wrote {args.out}")

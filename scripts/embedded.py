@@ -1,6 +1,6 @@
 """The embedded benchmark end to end: train the SmolLM2 drafter pool, then compare the selectors on it.
 
-    python scripts/embedded.py                 # fast version (10.5 min on 2 cores + regeneration): quick pool + short mixed run
+    python scripts/embedded.py                 # fast version: quick pool + short mixed run (10.5 min + regeneration)
     python scripts/embedded.py full=true       # the full one: train=embedded pool + every selector on mixed/ood/shift
     python scripts/embedded.py dry_run=true    # print the commands only
 
@@ -36,13 +36,34 @@ def commands(cfg: dict[str, Any]) -> list[list[str]]:
     bench_dir = f"{cfg['out_dir']}/{pool}-{stamp}"
     py = sys.executable
     progress = f"progress={str(cfg['progress']).lower()}"
-    train = [py, "train/run.py", "-m", "domain=" + ",".join(cfg["domains"]), f"target={cfg['train_target']}",
-             f"train={cfg['train_budget']}", f"train.pool={pool}", f"paths.pools={cfg['pools_dir']}", progress,
-             *mode.get("train_overrides", []), *cfg.get("extra_train", [])]
-    bench = [py, "scripts/bench.py", "-m", f"pool={cfg['bench_pool']}", f"++pool.manifest={cfg['pools_dir']}/{pool}.yaml",
-             f"pool.name={pool}", "selector=" + ",".join(mode["selectors"]), "workload=" + ",".join(mode["workloads"]),
-             "seed=" + ",".join(str(s) for s in mode["seeds"]), f"hydra.sweep.dir={bench_dir}", progress,
-             *mode.get("bench_overrides", []), *cfg.get("extra_bench", [])]
+    train = [
+        py,
+        "train/run.py",
+        "-m",
+        "domain=" + ",".join(cfg["domains"]),
+        f"target={cfg['train_target']}",
+        f"train={cfg['train_budget']}",
+        f"train.pool={pool}",
+        f"paths.pools={cfg['pools_dir']}",
+        progress,
+        *mode.get("train_overrides", []),
+        *cfg.get("extra_train", []),
+    ]
+    bench = [
+        py,
+        "scripts/bench.py",
+        "-m",
+        f"pool={cfg['bench_pool']}",
+        f"++pool.manifest={cfg['pools_dir']}/{pool}.yaml",
+        f"pool.name={pool}",
+        "selector=" + ",".join(mode["selectors"]),
+        "workload=" + ",".join(mode["workloads"]),
+        "seed=" + ",".join(str(s) for s in mode["seeds"]),
+        f"hydra.sweep.dir={bench_dir}",
+        progress,
+        *mode.get("bench_overrides", []),
+        *cfg.get("extra_bench", []),
+    ]
     report = [py, "scripts/report.py", "collect", bench_dir]
     return [train, bench, report]
 
@@ -57,7 +78,7 @@ def run(cfg: dict[str, Any]) -> int:
         rc = subprocess.call(cmd, cwd=REPO)
         print(f"[embedded] exit {rc} after {time.perf_counter() - t0:.0f} s", flush=True)
         if rc != 0:
-            print(f"[embedded] step failed; rerun it by hand (it resumes) or this script", file=sys.stderr)
+            print("[embedded] step failed; rerun it by hand (it resumes) or this script", file=sys.stderr)
             return rc
     if not cfg["dry_run"]:
         table = Path(steps[2][-1]) / "report" / "table.md"

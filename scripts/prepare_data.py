@@ -37,8 +37,17 @@ def run(cfg: DictConfig) -> dict[str, Path]:
             raise ValueError(f"count_tokens={cfg.count_tokens!r} is unknown; expected null or target")
         tokenizer = load_tokenizer(target)
     tokenizer_name = target.get("name") if isinstance(target, dict) else str(target)
-    out = prepare(domain, source=cfg.source, n_train=cfg.n_train, n_eval=cfg.n_eval, seed=cfg.seed,
-                  data_dir=cfg.data_dir, variant=cfg.variant, tokenizer=tokenizer, tokenizer_name=tokenizer_name)
+    out = prepare(
+        domain,
+        source=cfg.source,
+        n_train=cfg.n_train,
+        n_eval=cfg.n_eval,
+        seed=cfg.seed,
+        data_dir=cfg.data_dir,
+        variant=cfg.variant,
+        tokenizer=tokenizer,
+        tokenizer_name=tokenizer_name,
+    )
     if cfg.regenerate and cfg.regen.get("threads"):
         import torch  # lazy: only regeneration runs a model; preparing data stays torch-free
 
@@ -46,10 +55,19 @@ def run(cfg: DictConfig) -> dict[str, Path]:
     if cfg.regenerate:
         for d, path in out.items():
             if (path / f"{cfg.regen.split}.jsonl").is_file():
-                p = regenerate(path, split=cfg.regen.split, target=target, url=cfg.regen.url, model=cfg.regen.model,
-                               max_examples=cfg.regen.max_examples, max_new_tokens=cfg.regen.max_new_tokens,
-                               temperature=cfg.regen.temperature, seed=cfg.seed, progress=cfg.regen.progress,
-                               batch_size=int(cfg.regen.get("batch_size") or 1))
+                p = regenerate(
+                    path,
+                    split=cfg.regen.split,
+                    target=target,
+                    url=cfg.regen.url,
+                    model=cfg.regen.model,
+                    max_examples=cfg.regen.max_examples,
+                    max_new_tokens=cfg.regen.max_new_tokens,
+                    temperature=cfg.regen.temperature,
+                    seed=cfg.seed,
+                    progress=cfg.regen.progress,
+                    batch_size=int(cfg.regen.get("batch_size") or 1),
+                )
                 print(f"[prepare_data] {d}: regenerated answers -> {p}")
     return out
 

@@ -52,8 +52,9 @@ def replay(args: argparse.Namespace, argv: list[str] | None) -> None:
     from hedgespec.bench.replay import replay_selectors, replay_table
 
     if not Path(args.trace).is_file():
-        raise ValueError(f"trace {args.trace} does not exist; "
-                         "record one with `python scripts/bench.py ... trace=<path>`")
+        raise ValueError(
+            f"trace {args.trace} does not exist; record one with `python scripts/bench.py ... trace=<path>`"
+        )
     out = replay_selectors(args.trace, args.sizes, seed=args.seed)
     out["pool"] = args.pool or out.get("pool")
     words = argv if argv is not None else sys.argv[1:]
@@ -61,11 +62,15 @@ def replay(args: argparse.Namespace, argv: list[str] | None) -> None:
     path = Path(args.out)
     write_json_atomic(out, path)
     big = str(max(out["sizes"]))
-    plot_regret_curves({k: {big: v[big]} for k, v in out["results"].items()}, path.with_suffix(".regret.png"),
-                       f"Engine-trace replay: cumulative regret (mean over {out['n_requests']} requests), N={big}")
+    plot_regret_curves(
+        {k: {big: v[big]} for k, v in out["results"].items()},
+        path.with_suffix(".regret.png"),
+        f"Engine-trace replay: cumulative regret (mean over {out['n_requests']} requests), N={big}",
+    )
     if len(out["sizes"]) > 1:
-        plot_scaling(out["results"], path.with_suffix(".scaling.png"),
-                     f"Engine-trace replay: scaling with N (K={out['k']})")
+        plot_scaling(
+            out["results"], path.with_suffix(".scaling.png"), f"Engine-trace replay: scaling with N (K={out['k']})"
+        )
     print(replay_table(out))
     print(f"wrote {path} (+ PNGs)")
 
@@ -91,8 +96,9 @@ def results(args: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect", help="results.json files/dirs/globs -> table.md, summary.json, PNGs")
     c.add_argument("paths", nargs="+")
@@ -101,8 +107,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--results-dir", default="docs/results")
     r.add_argument("--out", default="docs/RESULTS.md")
     r.add_argument("--embedded-pool", default="smollm2")
-    m = sub.add_parser("mat-matrix",
-                       help="workload=domain oracle_probe=true results -> {drafter: {domain: MAT}} JSON + heatmap")
+    m = sub.add_parser(
+        "mat-matrix", help="workload=domain oracle_probe=true results -> {drafter: {domain: MAT}} JSON + heatmap"
+    )
     m.add_argument("paths", nargs="+")
     m.add_argument("--out", default="docs/results/mat_matrix.json")
     p = sub.add_parser("replay", help="full-counterfactual engine traces -> Fig 5a/5b JSON + PNGs")
@@ -110,8 +117,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", nargs="+", type=int, default=None, help="sub-pool sizes (default: 2, 4, ..., N)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="engine_replay.json")
-    p.add_argument("--pool", default=None,
-                   help="the traced pool's name (default: from <trace>.meta.json, written by scripts/bench.py)")
+    p.add_argument(
+        "--pool",
+        default=None,
+        help="the traced pool's name (default: from <trace>.meta.json, written by scripts/bench.py)",
+    )
     return ap
 
 

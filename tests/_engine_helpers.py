@@ -20,8 +20,9 @@ def _yaml(*parts: str) -> dict[str, Any]:
     return yaml.safe_load(CONF.joinpath(*parts).read_text())
 
 
-def decoding(mode: str, num_steps: int | None = None, topk: int | None = None,
-             num_draft_tokens: int | None = None) -> DecodingConfig:
+def decoding(
+    mode: str, num_steps: int | None = None, topk: int | None = None, num_draft_tokens: int | None = None
+) -> DecodingConfig:
     """``conf/decoding/<mode>.yaml`` at depth ``num_steps``; ``topk`` / ``num_draft_tokens`` apply to a tree.
 
     A chain keeps its own values (topk 1, K + 1 rows), so a test parametrized over the mode passes the tree

@@ -12,8 +12,13 @@ CONVERSATIONS = FIXTURES / "conversations.jsonl"
 
 
 def tmp_overrides(tmp: Path) -> list[str]:
-    return [f"paths.pools={tmp}/pools", f"paths.outputs={tmp}/outputs", f"paths.cache={tmp}/cache",
-            f"data_dir={tmp}/data", "progress=false"]
+    return [
+        f"paths.pools={tmp}/pools",
+        f"paths.outputs={tmp}/outputs",
+        f"paths.cache={tmp}/cache",
+        f"data_dir={tmp}/data",
+        "progress=false",
+    ]
 
 
 def compose_train(tmp: Path, *overrides: str) -> Any:

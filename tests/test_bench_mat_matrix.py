@@ -14,8 +14,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(domain, mats_per_request, gens):
-    return {"workload": f"domain:{domain}", "pool": {"drafters": ["sql", "math", "general"]},
-            "requests": [{"generated": g, "fixed_mats": m} for m, g in zip(mats_per_request, gens)]}
+    return {
+        "workload": f"domain:{domain}",
+        "pool": {"drafters": ["sql", "math", "general"]},
+        "requests": [{"generated": g, "fixed_mats": m} for m, g in zip(mats_per_request, gens)],
+    }
 
 
 def test_pooled_mat_is_tokens_over_rounds():
@@ -38,8 +41,11 @@ def test_errors():
 def test_cli_writes_json_and_heatmap(tmp_path, monkeypatch):
     from hedgespec.bench import report
 
-    monkeypatch.setattr(report, "load_results", lambda paths: [_run("sql", [[3.0, 1.0, 2.0]], [30]),
-                                                               _run("math", [[1.0, 4.0, 2.0]], [30])])
+    monkeypatch.setattr(
+        report,
+        "load_results",
+        lambda paths: [_run("sql", [[3.0, 1.0, 2.0]], [30]), _run("math", [[1.0, 4.0, 2.0]], [30])],
+    )
     spec = importlib.util.spec_from_file_location("report_cli", REPO / "scripts" / "report.py")
     cli = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cli)

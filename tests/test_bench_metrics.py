@@ -7,9 +7,16 @@ import json
 
 import numpy as np
 import pytest
-
 from _bench_helpers import FIXTURES
-from hedgespec.bench.metrics import aggregate, chosen_per_position, overhead, regret_from_trace, request_metrics, validate_result
+
+from hedgespec.bench.metrics import (
+    aggregate,
+    chosen_per_position,
+    overhead,
+    regret_from_trace,
+    request_metrics,
+    validate_result,
+)
 
 
 def _brute_regret(gamma, chosen_pos):
@@ -36,10 +43,26 @@ def test_regret_matches_brute_force():
 
 
 def test_request_and_aggregate_metrics():
-    a = request_metrics(request_id="a", domain="sql", generated=12, rounds=4, wall_s=2.0, histogram=[4, 0],
-                        timings={"draft": 1.0, "verify": 2.0, "evaluate": 0.5, "update": 0.5}, oracle_mat=4.0)
-    b = request_metrics(request_id="b", domain="math", generated=6, rounds=6, wall_s=1.0, histogram=[3, 3],
-                        timings={"draft": 1.0, "verify": 1.0, "evaluate": 0.0, "update": 0.0}, oracle_mat=2.0)
+    a = request_metrics(
+        request_id="a",
+        domain="sql",
+        generated=12,
+        rounds=4,
+        wall_s=2.0,
+        histogram=[4, 0],
+        timings={"draft": 1.0, "verify": 2.0, "evaluate": 0.5, "update": 0.5},
+        oracle_mat=4.0,
+    )
+    b = request_metrics(
+        request_id="b",
+        domain="math",
+        generated=6,
+        rounds=6,
+        wall_s=1.0,
+        histogram=[3, 3],
+        timings={"draft": 1.0, "verify": 1.0, "evaluate": 0.0, "update": 0.0},
+        oracle_mat=2.0,
+    )
     assert a["mat"] == 3.0 and a["tokens_per_s"] == 6.0 and a["target_forwards_per_token"] == pytest.approx(5 / 13)
     assert a["selection_overhead"] == pytest.approx(1.0 / 4.0) and a["evaluate_x_verify"] == pytest.approx(0.25)
     agg = aggregate([a, b])
@@ -77,10 +100,15 @@ def test_results_carry_no_machine_local_paths(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     home = os.path.expanduser("~")
-    cfg = {"pool_cache": f"{home}/.cache/hedgespec/bench_pools", "data": {"dir": str(tmp_path / "data")},
-           "list": [f"{home}/x"], "rel": "data", "n": 3}
+    cfg = {
+        "pool_cache": f"{home}/.cache/hedgespec/bench_pools",
+        "data": {"dir": str(tmp_path / "data")},
+        "list": [f"{home}/x"],
+        "rel": "data",
+        "n": 3,
+    }
     out = portable_paths(cfg)
     assert out["pool_cache"] == "~/.cache/hedgespec/bench_pools"
     assert out["data"]["dir"] == "./data" and out["list"] == ["~/x"] and out["rel"] == "data" and out["n"] == 3
     cmd = f"python scripts/bench.py trace={tmp_path}/traces/t.jsonl pool_cache='{home}/c' other=/srv/x"
-    assert portable_paths(cmd) == f"python scripts/bench.py trace=./traces/t.jsonl pool_cache='~/c' other=/srv/x"
+    assert portable_paths(cmd) == "python scripts/bench.py trace=./traces/t.jsonl pool_cache='~/c' other=/srv/x"

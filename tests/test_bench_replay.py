@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _bench_helpers import compose_bench, inject
+
 from hedgespec.bench.app import bench_main
 from hedgespec.bench.replay import replay_selectors, sub_pool
 from hedgespec.bench.report import results_markdown
@@ -36,7 +36,12 @@ def test_replay_cli_and_results_section(tmp_path):
     from test_bench_report import _report_main
 
     trace = tmp_path / "trace.jsonl"
-    bench_main(compose_bench(BASE + ["selector=eagle", f"trace={trace}"]), tmp_path / "run", command="python scripts/bench.py X", **inject())
+    bench_main(
+        compose_bench(BASE + ["selector=eagle", f"trace={trace}"]),
+        tmp_path / "run",
+        command="python scripts/bench.py X",
+        **inject(),
+    )
     out = tmp_path / "res" / "engine_replay.json"
     assert _report_main(["replay", str(trace), "--sizes", "2", "4", "--out", str(out)]) == 0
     d = json.loads(out.read_text())

@@ -28,15 +28,20 @@ def _probe_run(domain, mats_per_request, gens, pool="smollm2"):
 
 
 def test_pooled_fixed_mats_is_tokens_over_rounds():
-    reqs = [{"generated": 40, "fixed_mats": [4.0, 1.0]}, {"generated": 20, "fixed_mats": [2.0, 1.0]},
-            {"generated": 7}]  # no probe: left out
+    reqs = [
+        {"generated": 40, "fixed_mats": [4.0, 1.0]},
+        {"generated": 20, "fixed_mats": [2.0, 1.0]},
+        {"generated": 7},
+    ]  # no probe: left out
     # drafter 0: 60 tokens over 40/4 + 20/2 = 20 rounds
     assert list(tables.pooled_fixed_mats(reqs)) == pytest.approx([3.0, 1.0])
 
 
 def test_table1_and_mat_matrix_pool_the_same_way(tmp_path):
-    runs = [_probe_run("sql", [[1.0, 1.5, 4.0, 2.0], [1.0, 1.5, 2.0, 2.0]], [40, 20]),
-            _probe_run("math", [[2.5, 1.0, 1.0, 5.0]], [50])]
+    runs = [
+        _probe_run("sql", [[1.0, 1.5, 4.0, 2.0], [1.0, 1.5, 2.0, 2.0]], [40, 20]),
+        _probe_run("math", [[2.5, 1.0, 1.0, 5.0]], [50]),
+    ]
     for r in runs:
         (tmp_path / f"table1_{r['workload'].split(':')[1]}.json").write_text(json.dumps(r))
     m = tables.mat_matrix(runs)
@@ -51,8 +56,10 @@ def test_table1_and_mat_matrix_pool_the_same_way(tmp_path):
 def test_goals_table_and_words():
     runs = report.load_results([RESULTS])
     g = tables.goals(runs)
-    assert [x["goal"] for x in g if x["pool"] == "tiny"][:2] == ["HedgeSpec MAT ≥ 0.97 × oracle",
-                                                                 "HedgeSpec MAT ≥ 1.25 × eagle"]
+    assert [x["goal"] for x in g if x["pool"] == "tiny"][:2] == [
+        "HedgeSpec MAT ≥ 0.97 × oracle",
+        "HedgeSpec MAT ≥ 1.25 × eagle",
+    ]
     md = tables.goals_table(g)
     assert md.startswith("| pool | backend | goal | measured | met |\n|---|---|---|---|---|\n")
     assert md.count("\n") == len(g) + 2
@@ -105,8 +112,10 @@ def test_results_markdown_names_no_issue_or_spec_section(tmp_path):
     awaiting = results_doc.results_markdown(tmp_path)  # nothing on the embedded pool: every "awaits" branch
     for text in (committed, awaiting):
         assert not re.search(r"issue[ -]?\d|SPEC §", text, flags=re.I)
-    assert "Other paper targets: Qwen-3-8B: eagle 4.23 / 47.53, hedgespec 6.37 / 69.44; " \
-           "Qwen-3-32B: eagle 2.88 / 20.76, hedgespec 6.21 / 40.41." in awaiting
+    assert (
+        "Other paper targets: Qwen-3-8B: eagle 4.23 / 47.53, hedgespec 6.37 / 69.44; "
+        "Qwen-3-32B: eagle 2.88 / 20.76, hedgespec 6.21 / 40.41." in awaiting
+    )
     assert "| ucbspec | 5.09 / 68.89 | awaits trained pool |" in awaiting
     assert "trace=$PWD/traces/mixed.jsonl" in awaiting
     assert "Reproduction goals:" in committed
@@ -123,6 +132,18 @@ def test_plots_import_matplotlib_lazily():
 
 
 def test_facade_keeps_the_public_names():
-    for name in ("write_run", "run_table", "write_json_atomic", "write_text_atomic", "load_results", "write_collection",
-                 "results_markdown", "collection_table", "mat_matrix", "FIGURES", "mean_curve", "sim_command"):
+    for name in (
+        "write_run",
+        "run_table",
+        "write_json_atomic",
+        "write_text_atomic",
+        "load_results",
+        "write_collection",
+        "results_markdown",
+        "collection_table",
+        "mat_matrix",
+        "FIGURES",
+        "mean_curve",
+        "sim_command",
+    ):
         assert hasattr(report, name), name

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from _bench_helpers import DATA, REPO, compose_bench, inject
+
 from hedgespec.bench.app import bench_main
 from hedgespec.bench.metrics import validate_result
 from hedgespec.bench.report import FIGURES
@@ -61,8 +61,10 @@ def test_every_selector_writes_the_promised_files(name, tmp_path):
 def test_oracle_matches_independent_fixed_runs():
     """The oracle's per-request Fixed(i) MATs (one full-counterfactual pass) equal real Fixed(i) engine runs."""
     orc = run_bench(compose_bench(BASE + ["selector=oracle", "max_new_tokens=20"]), **inject())
-    fixed = [run_bench(compose_bench(BASE + ["selector=fixed", f"selector.index={i}", "max_new_tokens=20"]), **inject())
-             for i in range(4)]
+    fixed = [
+        run_bench(compose_bench(BASE + ["selector=fixed", f"selector.index={i}", "max_new_tokens=20"]), **inject())
+        for i in range(4)
+    ]
     for j, q in enumerate(orc["requests"]):
         real = [f["requests"][j]["mat"] for f in fixed]
         assert q["fixed_mats"] == pytest.approx(real)
@@ -80,7 +82,9 @@ def test_bad_inputs_raise_clear_errors():
     cfg = compose_bench(BASE)
     with pytest.raises(ValueError, match="unknown selector 'nope'"):
         run_bench({**cfg, "selector": {"name": "nope"}}, **inject())
-    with pytest.raises(ValueError, match=r"fixed='chemistry': the pool has no drafter for it; drafters \['general', 'code'"):
+    with pytest.raises(
+        ValueError, match=r"fixed='chemistry': the pool has no drafter for it; drafters \['general', 'code'"
+    ):
         run_bench(compose_bench(BASE + ["selector=fixed", "fixed=chemistry"]), **inject())
     with pytest.raises(ValueError, match="fixed='sql' needs selector=fixed"):
         run_bench(compose_bench(BASE + ["fixed=sql"]), **inject())
@@ -94,17 +98,35 @@ def test_bad_inputs_raise_clear_errors():
     two["drafters"] = [two["drafters"][0], two["drafters"][2]]  # general + sql: one expert only
     with pytest.raises(ValueError, match="at least two expert domains"):
         run_bench(compose_bench(BASE + ["selector=router"]), **two)
-    with pytest.raises(ValueError, match=r"offline/code/train.jsonl, which does not exist.*prepare_data.py domain=code"):
+    with pytest.raises(
+        ValueError, match=r"offline/code/train.jsonl, which does not exist.*prepare_data.py domain=code"
+    ):
         rc = compose_bench(BASE + ["selector=router"])
-        rc["pool"] = {**rc["pool"], "drafters": [{k: v for k, v in d.items() if k != "domain"} for d in rc["pool"]["drafters"]]}
+        rc["pool"] = {
+            **rc["pool"],
+            "drafters": [{k: v for k, v in d.items() if k != "domain"} for d in rc["pool"]["drafters"]],
+        }
         run_bench({**rc, "drafter_domains": {}}, **inject())
 
 
 def _script(args, tmp_path, timeout=240):
     env = {**os.environ, "HEDGESPEC_DATA": str(DATA)}
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "bench.py"), *args, f"hydra.run.dir={tmp_path}",
-                           "progress=false", "backend.threads=1", "data.prepare_missing=false"],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "bench.py"),
+            *args,
+            f"hydra.run.dir={tmp_path}",
+            "progress=false",
+            "backend.threads=1",
+            "data.prepare_missing=false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=env,
+    )
 
 
 def test_script_bad_workload_exits_2_with_one_line(tmp_path):
@@ -115,7 +137,11 @@ def test_script_bad_workload_exits_2_with_one_line(tmp_path):
 
 def test_script_end_to_end(tmp_path):
     """The real entry point, fresh process, the conf/pool/tiny.yaml pool fitted from scratch: seconds."""
-    p = _script(["pool=tiny", "selector=hedgespec", "workload=prompts", "max_new_tokens=8", "pool_cache=null"], tmp_path, timeout=900)
+    p = _script(
+        ["pool=tiny", "selector=hedgespec", "workload=prompts", "max_new_tokens=8", "pool_cache=null"],
+        tmp_path,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     validate_result(json.loads((tmp_path / "results.json").read_text()))
     assert all((tmp_path / f).is_file() for f in FIGURES)

@@ -7,8 +7,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from _bench_helpers import compose_bench
+
 from hedgespec.bench.metrics import validate_result
 from hedgespec.bench.runners import run_bench
 
@@ -21,10 +21,19 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).seen.append(body)
         n = body["sampling_params"]["max_new_tokens"]
-        out = {"text": "x" * n, "meta_info": {"prompt_tokens": 7, "completion_tokens": n, "spec_verify_ct": 4,
-                                              "spec_accept_length": n / 4, "hedgespec_histogram": [1, 0, 3, 0],
-                                              "hedgespec_weights": [0.1, 0.0, 0.9, 0.0], "hedgespec_selector": [self.selector],
-                                              "hedgespec_rounds": [4]}}
+        out = {
+            "text": "x" * n,
+            "meta_info": {
+                "prompt_tokens": 7,
+                "completion_tokens": n,
+                "spec_verify_ct": 4,
+                "spec_accept_length": n / 4,
+                "hedgespec_histogram": [1, 0, 3, 0],
+                "hedgespec_weights": [0.1, 0.0, 0.9, 0.0],
+                "hedgespec_selector": [self.selector],
+                "hedgespec_rounds": [4],
+            },
+        }
         data = json.dumps(out).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -7,8 +7,8 @@ import re
 
 import pytest
 import yaml
-
 from _bench_helpers import REPO
+
 from hedgespec.bench.runners import BENCH_SELECTORS
 
 SWEEPS = sorted((REPO / "scripts" / "sweeps").glob("*.yaml"))
@@ -51,7 +51,9 @@ def test_sweep_spec_parses_and_every_run_composes(path):
             unique.append(run)
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         for run in unique:
-            args = [f"{k}={v}" for k, v in run.items()]  # what wandb's ${args_no_hyphens} passes (Python literals: True)
+            args = [
+                f"{k}={v}" for k, v in run.items()
+            ]  # what wandb's ${args_no_hyphens} passes (Python literals: True)
             cfg = OmegaConf.to_container(compose("bench", overrides=args), resolve=True)
             _check(cfg, run)
     # the documented multirun sweeps the same values
@@ -66,6 +68,10 @@ def _check(cfg, run):
     if "pool" in run:
         assert cfg["pool"]["name"] == run["pool"] and cfg["target"]["name"] == run["pool"]
     if "logger" in run:
-        assert cfg["progress"] is False and cfg["logger"]["name"] == run["logger"] and cfg["logger"]["mode"] == run.get("logger.mode", "offline")
+        assert (
+            cfg["progress"] is False
+            and cfg["logger"]["name"] == run["logger"]
+            and cfg["logger"]["mode"] == run.get("logger.mode", "offline")
+        )
     if "domain" in run:
         assert cfg["workload"]["domain"] == run["domain"]

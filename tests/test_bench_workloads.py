@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from _bench_helpers import DATA, compose_bench
+
 from hedgespec.bench.workloads import TRAIN_DOMAINS, load_workload, read_prompts
 
 DATA_CFG = {"dir": str(DATA), "source": "offline", "prepare_missing": False}

@@ -6,8 +6,16 @@ import json
 import subprocess
 import sys
 
-CORE = ["hedgespec.acceptance", "hedgespec.types", "hedgespec.learners", "hedgespec.feedback",
-        "hedgespec.selectors", "hedgespec.decoding", "hedgespec.io", "hedgespec.sim"]
+CORE = [
+    "hedgespec.acceptance",
+    "hedgespec.types",
+    "hedgespec.learners",
+    "hedgespec.feedback",
+    "hedgespec.selectors",
+    "hedgespec.decoding",
+    "hedgespec.io",
+    "hedgespec.sim",
+]
 FORBIDDEN = ["torch", "sglang", "wandb", "hydra", "specforge", "transformers"]
 
 

@@ -8,12 +8,21 @@ from hedgespec.selectors import Router, make_selector, train_router
 from hedgespec.types import RequestContext
 
 TRAIN = {
-    "sql": ["Write a SQL query that lists all albums by {x}.", "SELECT the customers from {x} ordered by name.",
-            "Count the invoices per country in table {x} using GROUP BY."],
-    "math": ["Tom has {x} apples and buys 3 more. How many apples does he have?",
-             "A train travels {x} miles in 2 hours. What is its speed?", "What is {x} percent of 250?"],
-    "python": ["def {x}(items):\n    \"\"\"Return the sorted unique items.\"\"\"", "Write a Python function {x} that parses JSON.",
-               "import os\ndef {x}(path):\n    \"\"\"List files recursively.\"\"\""],
+    "sql": [
+        "Write a SQL query that lists all albums by {x}.",
+        "SELECT the customers from {x} ordered by name.",
+        "Count the invoices per country in table {x} using GROUP BY.",
+    ],
+    "math": [
+        "Tom has {x} apples and buys 3 more. How many apples does he have?",
+        "A train travels {x} miles in 2 hours. What is its speed?",
+        "What is {x} percent of 250?",
+    ],
+    "python": [
+        'def {x}(items):\n    """Return the sorted unique items."""',
+        "Write a Python function {x} that parses JSON.",
+        'import os\ndef {x}(path):\n    """List files recursively."""',
+    ],
 }
 
 
@@ -30,9 +39,11 @@ def _data():
 def test_router_routes_in_distribution_prompts():
     clf = train_router(*_data())
     sel = make_selector("router", classifier=clf, drafter_of_domain={"sql": 0, "math": 1, "python": 2})
-    for prompt, want in [("Write a SQL query that counts tracks per genre.", 0),
-                         ("Anna has 12 pears and gives away 5. How many are left?", 1),
-                         ("def flatten(xs):\n    \"\"\"Flatten a nested list.\"\"\"", 2)]:
+    for prompt, want in [
+        ("Write a SQL query that counts tracks per genre.", 0),
+        ("Anna has 12 pears and gives away 5. How many are left?", 1),
+        ('def flatten(xs):\n    """Flatten a nested list."""', 2),
+    ]:
         sel.begin_request(3, 4, RequestContext(prompt=prompt))
         assert sel.select().drafter == want
         assert sel.state_dict()["predicted_domain"] == ["sql", "math", "python"][want]

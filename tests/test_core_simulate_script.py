@@ -23,8 +23,15 @@ def _cfg(overrides):
 
 @pytest.mark.parametrize("experiment", ["scaling", "regret"])
 def test_simulate_writes_results_and_plot(tmp_path, experiment):
-    over = [f"experiment={experiment}", "n_requests=2", "length=48", "progress=false", "logger=jsonl",
-            "experiment.pool_sizes=[2,4]", "experiment.n_drafters=4"]
+    over = [
+        f"experiment={experiment}",
+        "n_requests=2",
+        "length=48",
+        "progress=false",
+        "logger=jsonl",
+        "experiment.pool_sizes=[2,4]",
+        "experiment.n_drafters=4",
+    ]
     out = run_simulation(_cfg(over), tmp_path)
     data = json.loads((tmp_path / "results.json").read_text())
     assert data == json.loads(json.dumps(out))
@@ -39,8 +46,9 @@ def test_simulate_writes_results_and_plot(tmp_path, experiment):
 def test_simulate_with_wandb_offline(tmp_path, monkeypatch):
     pytest.importorskip("wandb", reason="wandb comes with the [track] extra (scripts/install.sh installs it)")
     monkeypatch.setenv("WANDB_MODE", "offline")
-    out = run_simulation(_cfg(["n_requests=1", "length=16", "progress=false", "logger=wandb",
-                               "experiment.pool_sizes=[2]"]), tmp_path)
+    out = run_simulation(
+        _cfg(["n_requests=1", "length=16", "progress=false", "logger=wandb", "experiment.pool_sizes=[2]"]), tmp_path
+    )
     assert out["results"]
     assert any(tmp_path.rglob("*.wandb"))
 

@@ -28,13 +28,18 @@ def test_unknown_source_and_variant(tmp_path) -> None:
 def test_hf_without_network_is_clear_and_leaves_nothing(tmp_path, monkeypatch, env) -> None:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    with pytest.raises(SourceUnavailableError, match=r"domain=sql source=hf: cannot load Hugging Face dataset 'b-mc2/sql-create-context'.*source=offline"):
+    with pytest.raises(
+        SourceUnavailableError,
+        match=r"domain=sql source=hf: cannot load Hugging Face dataset 'b-mc2/sql-create-context'.*source=offline",
+    ):
         prepare("sql", source="hf", data_dir=tmp_path, log=None)
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
 
 
 def test_n_train_larger_than_available_names_the_count(tmp_path) -> None:
-    with pytest.raises(NotEnoughDataError, match=r"n_train=100000 is larger than the (\d+) train examples available") as ei:
+    with pytest.raises(
+        NotEnoughDataError, match=r"n_train=100000 is larger than the (\d+) train examples available"
+    ) as ei:
         prepare("cnndm", n_train=100000, data_dir=tmp_path, log=None)
     assert 500 < ei.value.available < 2000
     with pytest.raises(NotEnoughDataError, match=r"n_eval=500 is larger than the 164 eval examples"):
@@ -60,7 +65,17 @@ def test_hydra_entry_point_composes_and_runs(tmp_path) -> None:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("prepare_data", overrides=["domain=sql", "n_train=12", "n_eval=4", f"data_dir={tmp_path}", "count_tokens=target", "target=tiny"])
+        cfg = compose(
+            "prepare_data",
+            overrides=[
+                "domain=sql",
+                "n_train=12",
+                "n_eval=4",
+                f"data_dir={tmp_path}",
+                "count_tokens=target",
+                "target=tiny",
+            ],
+        )
     out = mod.run(cfg)
     import json
 

@@ -69,9 +69,14 @@ def test_general_mixes_all_train_domains(built) -> None:
 
 def test_general_eval_disjoint_from_every_domain_train(built) -> None:
     root, _ = built
-    gen_eval = {normalise_prompt(r["conversations"][0]["content"]) for r in read_jsonl(root / "offline" / "general" / "eval.jsonl")}
+    gen_eval = {
+        normalise_prompt(r["conversations"][0]["content"])
+        for r in read_jsonl(root / "offline" / "general" / "eval.jsonl")
+    }
     for d in TRAIN_DOMAINS:
-        tr = {normalise_prompt(r["conversations"][0]["content"]) for r in read_jsonl(root / "offline" / d / "train.jsonl")}
+        tr = {
+            normalise_prompt(r["conversations"][0]["content"]) for r in read_jsonl(root / "offline" / d / "train.jsonl")
+        }
         assert not gen_eval & tr, d
 
 
@@ -88,10 +93,20 @@ def test_deterministic_for_a_seed(tmp_path, domain) -> None:
 def test_prompts_are_shaped_like_the_domain_task(built) -> None:
     root, _ = built
     first = lambda d, s="train": read_jsonl(root / "offline" / d / f"{s}.jsonl")  # noqa: E731
-    assert all("```python\ndef " in r["conversations"][0]["content"] or "```python\nasync def " in r["conversations"][0]["content"] for r in first("python"))
+    assert all(
+        "```python\ndef " in r["conversations"][0]["content"]
+        or "```python\nasync def " in r["conversations"][0]["content"]
+        for r in first("python")
+    )
     assert all("####" in r["conversations"][1]["content"] for r in first("math") + first("gsm8k", "eval"))
     assert all("CREATE TABLE" in r["conversations"][0]["content"] for r in first("sql"))
-    assert all("\nA. " in r["conversations"][0]["content"] and "\nD. " in r["conversations"][0]["content"] for r in first("medqa"))
+    assert all(
+        "\nA. " in r["conversations"][0]["content"] and "\nD. " in r["conversations"][0]["content"]
+        for r in first("medqa")
+    )
     assert all(r["conversations"][1]["content"].startswith("The answer is ") for r in first("medqa"))
-    assert all("news" in r["conversations"][0]["content"].lower() or "article" in r["conversations"][0]["content"].lower() for r in first("cnndm"))
+    assert all(
+        "news" in r["conversations"][0]["content"].lower() or "article" in r["conversations"][0]["content"].lower()
+        for r in first("cnndm")
+    )
     assert all("def " in r["conversations"][0]["content"] for r in first("humaneval", "eval"))

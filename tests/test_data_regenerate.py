@@ -61,11 +61,22 @@ def test_server_path_openai_compatible(sql_dir) -> None:
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     try:
-        out = regenerate(sql_dir, url=f"http://127.0.0.1:{srv.server_port}", model="m", max_examples=2, max_new_tokens=7, progress=False)
+        out = regenerate(
+            sql_dir,
+            url=f"http://127.0.0.1:{srv.server_port}",
+            model="m",
+            max_examples=2,
+            max_new_tokens=7,
+            progress=False,
+        )
     finally:
         srv.shutdown()
     assert [p for p, _ in seen] == ["/v1/chat/completions"] * 2
-    assert seen[0][1]["max_tokens"] == 7 and seen[0][1]["temperature"] == 0.0 and seen[0][1]["messages"][0]["role"] == "user"
+    assert (
+        seen[0][1]["max_tokens"] == 7
+        and seen[0][1]["temperature"] == 0.0
+        and seen[0][1]["messages"][0]["role"] == "user"
+    )
     assert [r["conversations"][1]["content"] for r in read_jsonl(out)] == ["SELECT 1;"] * 2
 
 
@@ -100,7 +111,9 @@ def test_batched_generate_matches_one_by_one(sql_dir) -> None:
 
     torch.set_num_threads(1)
     gen = transformers_generator("tiny", max_new_tokens=8, temperature=0.0, seed=0)
-    prompts = [[t for t in r["conversations"] if t["role"] == "user"][:1] for r in read_jsonl(sql_dir / "train.jsonl")[:4]]
+    prompts = [
+        [t for t in r["conversations"] if t["role"] == "user"][:1] for r in read_jsonl(sql_dir / "train.jsonl")[:4]
+    ]
     assert len({len(p[0]["content"]) for p in prompts}) > 1, "prompts of different lengths exercise the padding"
     assert gen.batch(prompts) == [gen(p) for p in prompts]
 

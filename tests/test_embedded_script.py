@@ -28,7 +28,9 @@ def _cfg(*overrides: str) -> dict:
 def _expand(args: list[str]) -> list[list[str]]:
     """A Hydra multirun's argument list -> one override list per run (comma values are swept)."""
     keys = [a.split("=", 1) for a in args]
-    axes = [[f"{k}={v}" for v in (val.split(",") if "," in val and not val.startswith("[") else [val])] for k, val in keys]
+    axes = [
+        [f"{k}={v}" for v in (val.split(",") if "," in val and not val.startswith("[") else [val])] for k, val in keys
+    ]
     return [list(c) for c in itertools.product(*axes)]
 
 
@@ -67,8 +69,13 @@ def test_every_run_of_both_modes_composes(full: bool) -> None:
 
 
 def test_dry_run_prints_the_three_commands_and_runs_nothing(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "scripts/embedded.py", "dry_run=true", f"hydra.run.dir={tmp_path}/h"],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "scripts/embedded.py", "dry_run=true", f"hydra.run.dir={tmp_path}/h"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("$ ")]
     assert [ln.split()[2] for ln in lines] == ["train/run.py", "scripts/bench.py", "scripts/report.py"]
@@ -87,13 +94,31 @@ def test_fast_mode_end_to_end_on_the_tiny_target(tmp_path: Path) -> None:
 
     specforge_or_skip()  # a failure under CI, a skip only where the [train] extra is absent
     t = tmp_path
-    args = [f"hydra.run.dir={t}/h", "train_target=tiny", "train_budget=tiny", "bench_pool=tiny", "domains=[chemistry,general]",
-            f"pools_dir={t}/pools", f"out_dir={t}/multirun", "progress=false",
-            _list("extra_train", [f"paths.outputs={t}/out", f"paths.cache={t}/cache", f"data_dir={t}/data"]),
-            "fast_settings.train_overrides=[]",
-            _list("extra_bench", [f"data.dir={t}/data", f"pool_cache={t}/pc", "workload.n_per_domain=1", "max_new_tokens=8",
-                                  "target.arch.num_hidden_layers=4"])]  # train=tiny trains against a 4-layer tiny target
-    out = subprocess.run([sys.executable, "scripts/embedded.py", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+    args = [
+        f"hydra.run.dir={t}/h",
+        "train_target=tiny",
+        "train_budget=tiny",
+        "bench_pool=tiny",
+        "domains=[chemistry,general]",
+        f"pools_dir={t}/pools",
+        f"out_dir={t}/multirun",
+        "progress=false",
+        _list("extra_train", [f"paths.outputs={t}/out", f"paths.cache={t}/cache", f"data_dir={t}/data"]),
+        "fast_settings.train_overrides=[]",
+        _list(
+            "extra_bench",
+            [
+                f"data.dir={t}/data",
+                f"pool_cache={t}/pc",
+                "workload.n_per_domain=1",
+                "max_new_tokens=8",
+                "target.arch.num_hidden_layers=4",
+            ],
+        ),
+    ]  # train=tiny trains against a 4-layer tiny target
+    out = subprocess.run(
+        [sys.executable, "scripts/embedded.py", *args], cwd=REPO, capture_output=True, text=True, timeout=900
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     from hedgespec.pools import load_pool
 

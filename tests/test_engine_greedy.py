@@ -26,8 +26,11 @@ def setups():
     for seed, layers in ((0, 2), (1, 3), (2, 4)):
         model = tiny_llama(seed=seed, layers=layers)
         fitted = agreeing_drafter(model, PROMPTS, seed=seed, steps=400, draft_vocab_size=48 if seed == 1 else None)
-        pool = [random_drafter(model, seed=10 + seed, draft_vocab_size=48 if seed == 1 else None), fitted,
-                random_drafter(model, seed=20 + seed, intermediate_size=24)]
+        pool = [
+            random_drafter(model, seed=10 + seed, draft_vocab_size=48 if seed == 1 else None),
+            fitted,
+            random_drafter(model, seed=20 + seed, intermediate_size=24),
+        ]
         out.append((model, pool))
     return out
 
@@ -50,8 +53,9 @@ SELECTOR_KWARGS = {"router": {"classifier": _KeywordClassifier(), "drafter_of_do
 @pytest.mark.parametrize("name", sorted(SELECTORS))
 def test_greedy_matches_transformers(setups, mode, name):
     for j, (model, pool) in enumerate(setups):
-        engine = SpeculativeEngine(model, pool, make_selector(name, **SELECTOR_KWARGS.get(name, {})),
-                                   decoding(mode, 4, 3, 10))
+        engine = SpeculativeEngine(
+            model, pool, make_selector(name, **SELECTOR_KWARGS.get(name, {})), decoding(mode, 4, 3, 10)
+        )
         for prompt in PROMPTS[j % 2 : j % 2 + 1]:
             ref = greedy_reference(model, prompt, 24)
             out, stats = engine.generate(prompt, 24, GREEDY, ctx=_ctx(name))

@@ -23,8 +23,9 @@ def model():
 
 
 def _engine(model, dec, **kw):
-    return SpeculativeEngine(model, [random_drafter(model, seed=0), random_drafter(model, seed=1)],
-                             make_selector("hedgespec"), dec, **kw)
+    return SpeculativeEngine(
+        model, [random_drafter(model, seed=0), random_drafter(model, seed=1)], make_selector("hedgespec"), dec, **kw
+    )
 
 
 def test_typed_settings_are_required(model):
@@ -85,8 +86,9 @@ def test_request_log_records_a_round_with_one_call():
     laps = {"draft": 1.0, "verify": 2.0, "evaluate": 3.0, "update": 4.0}
     log.add_round(Decision(1, (0.4, 0.6)), ev, laps)
     assert (log.generated, log.remaining) == (3, 2)
-    assert log.trace.rounds == [{"r": 0, "start": 0, "chosen": 1, "accepted": 2, "emitted": 3, "weights": [0.4, 0.6],
-                                 "timings": laps}]
+    assert log.trace.rounds == [
+        {"r": 0, "start": 0, "chosen": 1, "accepted": 2, "emitted": 3, "weights": [0.4, 0.6], "timings": laps}
+    ]
     stats = log.finish({"w": 1}, n_drafters=2, dropped=[], runs=None)
     assert stats.accepted_per_round == [2] and stats.chosen == [1] and stats.generated == 3
     assert stats.timings == {"prefill": 0.5, **laps}

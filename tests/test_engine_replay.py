@@ -21,8 +21,11 @@ PROMPTS = [torch.tensor([1, 5, 7, 9, 3]), torch.tensor([30, 31, 2]), torch.tenso
 @pytest.fixture(scope="module")
 def world():
     model = tiny_llama(seed=5, layers=3)
-    pool = [random_drafter(model, seed=1), agreeing_drafter(model, PROMPTS[:2], seed=2, steps=400),
-            agreeing_drafter(model, PROMPTS[2:], seed=3, steps=400)]
+    pool = [
+        random_drafter(model, seed=1),
+        agreeing_drafter(model, PROMPTS[:2], seed=2, steps=400),
+        agreeing_drafter(model, PROMPTS[2:], seed=3, steps=400),
+    ]
     return model, pool
 
 

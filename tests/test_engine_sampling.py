@@ -1,11 +1,11 @@
 """Lossless speculative sampling: emitted tokens follow the target's plain-sampling law (χ², fixed seeds).
 
-1. Rule level, 10⁵ draws per mode (slow tier; 2·10⁴ by default): a toy world with context-dependent target laws p(·|prefix) and drafter laws
-   q(·|prefix) (V = 6); rounds of the real verification functions (chain: Leviathan/Chen with K = 3 sampled
-   drafts; tree: sequential target-only rejection over a top-k tree) are run until two tokens are emitted;
-   the joint law of the first two tokens must be p(x1)·p(x2|x1).
-2. End to end (2500 draws slow tier, 400 default): SpeculativeEngine.generate on a tiny 4-token-vocab Llama at temperature 0.8 / top-p 0.95;
-   the joint of the first two generated tokens vs the exact law from target forwards.
+1. Rule level, 10⁵ draws per mode (slow tier; 2·10⁴ by default): a toy world with context-dependent target laws
+   p(·|prefix) and drafter laws q(·|prefix) (V = 6); rounds of the real verification functions (chain:
+   Leviathan/Chen with K = 3 sampled drafts; tree: sequential target-only rejection over a top-k tree) are run
+   until two tokens are emitted; the joint law of the first two tokens must be p(x1)·p(x2|x1).
+2. End to end (2500 draws slow tier, 400 default): SpeculativeEngine.generate on a tiny 4-token-vocab Llama at
+   temperature 0.8 / top-p 0.95; the joint of the first two generated tokens vs the exact law from target forwards.
 3. The warp (temperature → top-k → top-p) equals transformers' logits processors.
 """
 
@@ -60,7 +60,11 @@ def _tree_round(p, q, prefix, depth, topk, gen):
         for r in frontier:
             law = _law(q, prefix + paths[r])
             for c in torch.topk(law, topk).indices.tolist():
-                tokens.append(c); parents.append(r); deps.append(d); paths.append(paths[r] + [c]); nxt.append(len(tokens) - 1)
+                tokens.append(c)
+                parents.append(r)
+                deps.append(d)
+                paths.append(paths[r] + [c])
+                nxt.append(len(tokens) - 1)
         frontier = nxt
     tree = DraftTree(tokens=tokens, parents=parents, depth=deps)
     ps = torch.stack([_law(p, prefix + paths[r]) for r in range(len(tokens))])

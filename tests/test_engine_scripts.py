@@ -52,7 +52,9 @@ def test_generate_every_selector_config(tiny, selector):
 def test_generate_tree_sampling_and_trace(tiny, tmp_path):
     model, tok = tiny
     path = tmp_path / "trace.jsonl"
-    cfg = _small_pool(_cfg("decoding=tree", "sampling.temperature=0.8", "seed=2", "max_new_tokens=8", f"trace.path={path}"))
+    cfg = _small_pool(
+        _cfg("decoding=tree", "sampling.temperature=0.8", "seed=2", "max_new_tokens=8", f"trace.path={path}")
+    )
     out = run_generate(cfg, model, tok)
     assert out["results"][0]["generated"] >= 1 and path.exists()
 

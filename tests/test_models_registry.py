@@ -106,8 +106,14 @@ def test_tiny_greedy_generate_matches_manual_argmax_loop() -> None:
     msgs = [{"role": "user", "content": "What is 2+2?"}]
     ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
-                             eos_token_id=None, pad_token_id=tok.pad_token_id)
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=8,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=tok.pad_token_id,
+        )
         seq = ids
         for _ in range(8):  # independent truth: full forward each step, no KV cache
             nxt = model(seq).logits[0, -1].argmax().view(1, 1)

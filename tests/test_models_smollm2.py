@@ -57,7 +57,7 @@ def test_smollm2_loads_offline_and_answers_paris(monkeypatch) -> None:
     enc = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=24, do_sample=False)
-    text = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    text = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "Paris" in text, text
     # the hash recorded at conversion time is the hash of the loaded tensors
     recorded = target_fingerprint(model)

@@ -22,8 +22,10 @@ def _dense_reference(q, keys, values, visible, scale):
     for h in range(heads):
         kh = h // (heads // kv_heads)
         for t in range(tq):
-            s = [float(q[t, h].double() @ keys[j, kh].double()) * scale if visible[t][j] else -math.inf
-                 for j in range(keys.shape[0])]
+            s = [
+                float(q[t, h].double() @ keys[j, kh].double()) * scale if visible[t][j] else -math.inf
+                for j in range(keys.shape[0])
+            ]
             m = max(s)
             w = [math.exp(x - m) for x in s]
             z = sum(w)
@@ -49,8 +51,27 @@ def test_decode_attention_matches_dense_reference():
     loc = torch.tensor([11, 31])  # the new tokens' slots (last slot of each request)
     o = torch.empty(2, heads, dim)
     kb0, vb0 = kb.clone(), vb.clone()
-    ck.decode_attention(q, kb, vb, 1.0, 1.0, o, k_new, v_new, loc, torch.zeros(1), req_to_token, rpi, seq_lens,
-                        0.35, 0.0, False, 0, None, None)
+    ck.decode_attention(
+        q,
+        kb,
+        vb,
+        1.0,
+        1.0,
+        o,
+        k_new,
+        v_new,
+        loc,
+        torch.zeros(1),
+        req_to_token,
+        rpi,
+        seq_lens,
+        0.35,
+        0.0,
+        False,
+        0,
+        None,
+        None,
+    )
     assert torch.equal(kb[loc], k_new) and torch.equal(vb[loc], v_new)
     kb0[loc], vb0[loc] = k_new, v_new
     for i in range(2):
@@ -77,9 +98,30 @@ def test_extend_attention_prefix_plus_causal_or_tree(use_tree_mask):
         inner = [[True, False, False], [True, True, False], [True, False, True]]
         tree = torch.tensor([inner, inner]).flatten()
     o = torch.empty_like(q)
-    ck.extend_attention(q, k_ext, v_ext, o, kb, vb, 1.0, 1.0, req_to_token, torch.tensor([0, 1]),
-                        torch.tensor([6, 5]), torch.tensor([ext, ext]), torch.tensor([0, ext]), ext, 0.3, 0.0,
-                        False, 0, None, None, tree, True)
+    ck.extend_attention(
+        q,
+        k_ext,
+        v_ext,
+        o,
+        kb,
+        vb,
+        1.0,
+        1.0,
+        req_to_token,
+        torch.tensor([0, 1]),
+        torch.tensor([6, 5]),
+        torch.tensor([ext, ext]),
+        torch.tensor([0, ext]),
+        ext,
+        0.3,
+        0.0,
+        False,
+        0,
+        None,
+        None,
+        tree,
+        True,
+    )
     for i, prefix in enumerate((3, 2)):
         slots = req_to_token[i, :prefix].long()
         keys = torch.cat([kb[slots], k_ext[i * ext : (i + 1) * ext]])
@@ -94,11 +136,52 @@ def test_attention_refuses_unsupported_features():
     q, o = torch.zeros(1, 4, 8), torch.zeros(1, 4, 8)
     rtt = torch.zeros(1, 8, dtype=torch.int32)
     with pytest.raises(NotImplementedError, match="sliding-window"):
-        ck.decode_attention(q, kb, vb, 1.0, 1.0, o, None, None, None, torch.zeros(1), rtt, torch.tensor([0]),
-                            torch.tensor([1]), 1.0, 0.0, False, 5, None, None)
+        ck.decode_attention(
+            q,
+            kb,
+            vb,
+            1.0,
+            1.0,
+            o,
+            None,
+            None,
+            None,
+            torch.zeros(1),
+            rtt,
+            torch.tensor([0]),
+            torch.tensor([1]),
+            1.0,
+            0.0,
+            False,
+            5,
+            None,
+            None,
+        )
     with pytest.raises(NotImplementedError, match="cross-attention"):
-        ck.extend_attention(q, None, None, o, kb, vb, 1.0, 1.0, rtt, torch.tensor([0]), torch.tensor([1]),
-                            torch.tensor([1]), torch.tensor([0]), 1, 1.0, 0.0, True, 0, None, None, None, True)
+        ck.extend_attention(
+            q,
+            None,
+            None,
+            o,
+            kb,
+            vb,
+            1.0,
+            1.0,
+            rtt,
+            torch.tensor([0]),
+            torch.tensor([1]),
+            torch.tensor([1]),
+            torch.tensor([0]),
+            1,
+            1.0,
+            0.0,
+            True,
+            0,
+            None,
+            None,
+            None,
+            True,
+        )
 
 
 # ------------------------------------------------------------------ speculative bookkeeping
@@ -239,10 +322,48 @@ def test_install_registers_cpu_torch_ops_once():
     kb, vb = _pool()
     q, o = torch.randn(1, 4, 8), torch.empty(1, 4, 8)
     rtt = torch.tensor([[5, 6, 0, 0]], dtype=torch.int32)
-    torch.ops.sgl_kernel.decode_attention_cpu(q, kb, vb, 1.0, 1.0, o, None, None, None, torch.zeros(1), rtt,
-                                              torch.tensor([0]), torch.tensor([2]), 0.5, 0.0, False, 0, None, None)
+    torch.ops.sgl_kernel.decode_attention_cpu(
+        q,
+        kb,
+        vb,
+        1.0,
+        1.0,
+        o,
+        None,
+        None,
+        None,
+        torch.zeros(1),
+        rtt,
+        torch.tensor([0]),
+        torch.tensor([2]),
+        0.5,
+        0.0,
+        False,
+        0,
+        None,
+        None,
+    )
     ref = torch.empty_like(o)
-    ck.decode_attention(q, kb, vb, 1.0, 1.0, ref, None, None, None, torch.zeros(1), rtt, torch.tensor([0]),
-                        torch.tensor([2]), 0.5, 0.0, False, 0, None, None)
+    ck.decode_attention(
+        q,
+        kb,
+        vb,
+        1.0,
+        1.0,
+        ref,
+        None,
+        None,
+        None,
+        torch.zeros(1),
+        rtt,
+        torch.tensor([0]),
+        torch.tensor([2]),
+        0.5,
+        0.0,
+        False,
+        0,
+        None,
+        None,
+    )
     assert torch.equal(o, ref)
     assert ck.SGLANG_VERSION == "0.5.23"

@@ -114,15 +114,34 @@ def ckpts(tmp_path_factory) -> Path:
 def _manifest_pool(root: Path, drafters: list[str], manifest_target: str = "tiny4", pool_target: str = "tiny4") -> dict:
     entries = []
     for d in drafters:
-        entries.append({"name": d, "domain": "general", "path": str(root / d), "target_hash": "h",
-                        "vocab_mapping_hash": "v", "draft_vocab_size": 10, "aux_layer_ids": [0, 1, 2],
-                        "data_manifest_hash": "d"})
-    man = {"version": 1, "pool": "p", "target": {"name": manifest_target, "hash": "h", "hidden_size": 64,
-                                                     "vocab_size": 10, "num_layers": 4}, "decoding": {}, "drafters": entries}
+        entries.append(
+            {
+                "name": d,
+                "domain": "general",
+                "path": str(root / d),
+                "target_hash": "h",
+                "vocab_mapping_hash": "v",
+                "draft_vocab_size": 10,
+                "aux_layer_ids": [0, 1, 2],
+                "data_manifest_hash": "d",
+            }
+        )
+    man = {
+        "version": 1,
+        "pool": "p",
+        "target": {"name": manifest_target, "hash": "h", "hidden_size": 64, "vocab_size": 10, "num_layers": 4},
+        "decoding": {},
+        "drafters": entries,
+    }
     path = root / f"manifest-{'-'.join(drafters)}-{manifest_target}.yaml"
     path.write_text(yaml.safe_dump(man))
-    return {"name": "p", "target": pool_target, "target_path": str(root / "target"), "manifest": str(path),
-            "generalist": drafters[0]}
+    return {
+        "name": "p",
+        "target": pool_target,
+        "target_path": str(root / "target"),
+        "manifest": str(path),
+        "generalist": drafters[0],
+    }
 
 
 def _cfg(pool: dict, **kw) -> dict:
@@ -185,14 +204,17 @@ def test_plugin_pool_sizing_hook_counts_all_drafters(monkeypatch):
 
     monkeypatch.setenv("HEDGESPEC_CONFIG", json.dumps({"drafters": ["a", "b", "c"]}))
     algo = SimpleNamespace(name="HEDGESPEC")
-    cfg = plugin._count_all_draft_pools(SimpleNamespace(eagle_draft_num_layers=1), spec_algorithm=algo,
-                                        is_draft_worker=False)
+    cfg = plugin._count_all_draft_pools(
+        SimpleNamespace(eagle_draft_num_layers=1), spec_algorithm=algo, is_draft_worker=False
+    )
     assert cfg.eagle_draft_num_layers == 3
-    same = plugin._count_all_draft_pools(SimpleNamespace(eagle_draft_num_layers=1), spec_algorithm=algo,
-                                         is_draft_worker=True)
+    same = plugin._count_all_draft_pools(
+        SimpleNamespace(eagle_draft_num_layers=1), spec_algorithm=algo, is_draft_worker=True
+    )
     assert same.eagle_draft_num_layers == 1  # each draft runner sizes only its own pool
-    other = plugin._count_all_draft_pools(SimpleNamespace(eagle_draft_num_layers=1),
-                                          spec_algorithm=SimpleNamespace(name="EAGLE3"), is_draft_worker=False)
+    other = plugin._count_all_draft_pools(
+        SimpleNamespace(eagle_draft_num_layers=1), spec_algorithm=SimpleNamespace(name="EAGLE3"), is_draft_worker=False
+    )
     assert other.eagle_draft_num_layers == 1
 
 

@@ -38,9 +38,11 @@ def _needs_sglang():
     if not sglang_available():
         pytest.skip("sglang 0.5.23 is not installed (bash scripts/install.d/40-serve.sh)")
     if not any(ep.value.startswith("hedgespec.serving.plugin") for ep in entry_points(group="sglang.srt.plugins")):
-        pytest.fail("the sglang.srt.plugins entry point of hedgespec is not installed: add it to pyproject.toml "
-                    "([project.entry-points.\"sglang.srt.plugins\"] hedgespec = \"hedgespec.serving.plugin:register\") "
-                    "and run `pip install -e .`")
+        pytest.fail(
+            "the sglang.srt.plugins entry point of hedgespec is not installed: add it to pyproject.toml "
+            '([project.entry-points."sglang.srt.plugins"] hedgespec = "hedgespec.serving.plugin:register") '
+            "and run `pip install -e .`"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -62,21 +64,38 @@ def _port() -> int:
 
 
 def _server(root: Path, target: str, drafters: list[str], log: Path, selector: str = "hedgespec") -> ServerProcess:
-    pool = {"name": "test", "target": "tiny", "drafters": [{"name": d, "kind": "path", "path": str(root / d)} for d in drafters]}
-    cfg = {"pool": pool, "selector": {"name": selector}, "device": DEVICE, "host": "127.0.0.1", "port": _port(),
-           "decoding": {"mode": "chain", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}, "max_running_requests": 16, "max_total_tokens": 4096, "dtype": "float32",
-           "workdir": str(root), "extra_args": CUDA_ARGS if DEVICE == "cuda" else []}
+    pool = {
+        "name": "test",
+        "target": "tiny",
+        "drafters": [{"name": d, "kind": "path", "path": str(root / d)} for d in drafters],
+    }
+    cfg = {
+        "pool": pool,
+        "selector": {"name": selector},
+        "device": DEVICE,
+        "host": "127.0.0.1",
+        "port": _port(),
+        "decoding": {"mode": "chain", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
+        "max_running_requests": 16,
+        "max_total_tokens": 4096,
+        "dtype": "float32",
+        "workdir": str(root),
+        "extra_args": CUDA_ARGS if DEVICE == "cuda" else [],
+    }
     plan = build_plan(cfg)
     plan.argv[plan.argv.index("--model-path") + 1] = str(root / target)
     return ServerProcess(plan, log, startup_timeout_s=400).start()
 
 
-def _generate(srv: ServerProcess, ids: list[int], n: int = NEW_TOKENS, timeout: float = 300, rid: str | None = None) -> dict:
+def _generate(
+    srv: ServerProcess, ids: list[int], n: int = NEW_TOKENS, timeout: float = 300, rid: str | None = None
+) -> dict:
     body = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
     if rid is not None:
         body["rid"] = rid
-    req = urllib.request.Request(srv.plan.base_url + "/generate", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        srv.plan.base_url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.load(r)
 
@@ -91,9 +110,10 @@ def reference(ckpt) -> dict[tuple[int, ...], list[int]]:
     out = {}
     for ids in PROMPTS:
         with torch.no_grad():
-            gen = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None,
-                                 pad_token_id=0)
-        out[tuple(ids)] = gen[0, len(ids):].tolist()
+            gen = model.generate(
+                torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0
+            )
+        out[tuple(ids)] = gen[0, len(ids) :].tolist()
     return out
 
 
@@ -138,8 +158,11 @@ def test_malformed_request_gets_4xx_and_server_keeps_serving(random_server):
     n, srv = random_server
     if n != 1:
         pytest.skip("runs once, on the 1-drafter server (servers are shared per pool size)")
-    req = urllib.request.Request(srv.plan.base_url + "/generate", data=b'{"input_ids": "x", "sampling_params": 3}',
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        srv.plan.base_url + "/generate",
+        data=b'{"input_ids": "x", "sampling_params": 3}',
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=60)
     assert 400 <= err.value.code < 500
@@ -207,7 +230,7 @@ def test_reference_engine_agrees_with_the_server(ckpt, reference, random_server)
         rid = f"parity-{j}"  # same request id on both sides: same per-request RNG stream in the selector
         out, stats = engine.generate(torch.tensor(ids), NEW_TOKENS, GREEDY, ctx=RequestContext(request_id=rid))
         served = _generate(srv, ids, rid=rid)
-        assert out[len(ids):].tolist() == served["output_ids"] == reference[tuple(ids)]
+        assert out[len(ids) :].tolist() == served["output_ids"] == reference[tuple(ids)]
         # same γ definition + same selector => same drafter choices, round by round
         assert served["meta_info"]["hedgespec_histogram"] == stats.histogram(n), (served["meta_info"], stats.chosen)
 

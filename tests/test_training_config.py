@@ -48,8 +48,9 @@ def test_budgets_compose_and_validate(tmp_path: Path, target: str, budget: str, 
 
 
 def test_paper_gpus_map_to_specforge_torchrun(tmp_path: Path, no_target_loading: None) -> None:
-    cfg = compose_train(tmp_path, "target=llama8b", "train=paper", "domain=math", "train.plan_only=true",
-                        "train.gpus=8")
+    cfg = compose_train(
+        tmp_path, "target=llama8b", "train=paper", "domain=math", "train.plan_only=true", "train.gpus=8"
+    )
     sf = train_drafter(cfg).specforge_config
     assert sf["deployment"]["trainer"]["nproc_per_node"] == 8
 
@@ -96,15 +97,18 @@ def test_logger_choice(tmp_path: Path, no_target_loading: None) -> None:
     assert tracking["wandb_dir"].startswith(str(tmp_path))
 
 
-def test_missing_specforge_gives_install_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              no_target_loading: None) -> None:
+def test_missing_specforge_gives_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_target_loading: None
+) -> None:
     monkeypatch.setitem(sys.modules, "specforge", None)  # import specforge -> ImportError
     cfg = compose_train(tmp_path, *tiny_overrides())
     with pytest.raises(ImportError, match=r"(?s)specforge is not installed.*bash scripts/install.d/30-train.sh"):
         train_drafter(cfg)
     # and importing the package itself never needs SpecForge (nor torch)
-    code = ("import sys; sys.modules['specforge'] = None; import hedgespec.training, hedgespec.pools; "
-            "assert 'torch' not in sys.modules; print('ok')")
+    code = (
+        "import sys; sys.modules['specforge'] = None; import hedgespec.training, hedgespec.pools; "
+        "assert 'torch' not in sys.modules; print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr
 
@@ -171,8 +175,17 @@ def test_features_match_specforge_format(tmp_path: Path) -> None:
     assert supervised == expected
     assert tok.decode(ids.tolist()) == tok.apply_chat_template(conv, tokenize=False)
 
-    fs = generate_features(model, tok, CONVERSATIONS, tmp_path, target_hash="h", aux_layer_ids=[0, 1, 2],
-                           max_length=64, max_samples=3, progress=False)
+    fs = generate_features(
+        model,
+        tok,
+        CONVERSATIONS,
+        tmp_path,
+        target_hash="h",
+        aux_layer_ids=[0, 1, 2],
+        max_length=64,
+        max_samples=3,
+        progress=False,
+    )
     assert fs.num_samples == 3 and not fs.reused
     files = sorted(fs.path.rglob("*.ckpt"))
     rec = torch.load(files[0], weights_only=True)
@@ -185,11 +198,29 @@ def test_features_match_specforge_format(tmp_path: Path) -> None:
     torch.testing.assert_close(rec["aux_hidden_state"][..., 64:128].float(), out.hidden_states[2], atol=0.05, rtol=0.02)
     logits = model.lm_head(rec["hidden_state"].float())
     torch.testing.assert_close(logits, out.logits, atol=0.1, rtol=0.05)
-    again = generate_features(model, tok, CONVERSATIONS, tmp_path, target_hash="h", aux_layer_ids=[0, 1, 2],
-                              max_length=64, max_samples=3, progress=False)
+    again = generate_features(
+        model,
+        tok,
+        CONVERSATIONS,
+        tmp_path,
+        target_hash="h",
+        aux_layer_ids=[0, 1, 2],
+        max_length=64,
+        max_samples=3,
+        progress=False,
+    )
     assert again.reused and again.path == fs.path
-    other = generate_features(model, tok, CONVERSATIONS, tmp_path, target_hash="h", aux_layer_ids=[0, 1, 3],
-                              max_length=64, max_samples=3, progress=False)
+    other = generate_features(
+        model,
+        tok,
+        CONVERSATIONS,
+        tmp_path,
+        target_hash="h",
+        aux_layer_ids=[0, 1, 3],
+        max_length=64,
+        max_samples=3,
+        progress=False,
+    )
     assert not other.reused and other.path != fs.path
 
 
@@ -198,8 +229,15 @@ def test_draft_config_for_target() -> None:
 
     from hedgespec.training.config import draft_config_dict
 
-    t = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                    num_hidden_layers=4, vocab_size=512, tie_word_embeddings=True)
+    t = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=4,
+        vocab_size=512,
+        tie_word_embeddings=True,
+    )
     d = draft_config_dict(t, draft_vocab_size=256, aux_layer_ids=[0, 1, 2])
     assert d["architectures"] == ["LlamaForCausalLMEagle3"] and d["num_hidden_layers"] == 1
     assert d["tie_word_embeddings"] is False and d["draft_vocab_size"] == 256 and d["vocab_size"] == 512

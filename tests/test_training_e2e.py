@@ -102,8 +102,9 @@ def test_resume_after_kill(tmp_path: Path) -> None:
     steps = ["train.specforge.training.max_steps=60", "train.specforge.training.save_interval=4"]
     env = _env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     ckpts = tmp_path / "outputs" / "tiny" / "sql" / "checkpoints"
-    proc = subprocess.Popen(_cli(tmp_path, *steps), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        _cli(tmp_path, *steps), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     try:
         deadline = time.time() + 240
         while not (ckpts / "tiny-sql-step4" / "training_state.pt").is_file():
@@ -125,9 +126,9 @@ def test_resume_after_kill(tmp_path: Path) -> None:
     state = json.loads((tmp_path / "outputs" / "tiny" / "sql" / "state.json").read_text())
     assert state["stages"]["features"]["reused"] is True  # finished stage not redone
     steps_logged = _metric_steps(tmp_path / "outputs" / "tiny" / "sql")
-    resumed = steps_logged[steps_logged.index(steps_logged[-1]) - (60 - killed_at[1]) + 1:]
+    resumed = steps_logged[steps_logged.index(steps_logged[-1]) - (60 - killed_at[1]) + 1 :]
     assert resumed[0] == killed_at[1] + 1 and resumed[-1] == 60  # continued after the checkpoint, not from 1
-    assert json.loads(out.stdout[out.stdout.index("{"):])["final_step"] == 60
+    assert json.loads(out.stdout[out.stdout.index("{") :])["final_step"] == 60
 
 
 @pytest.mark.slow

@@ -50,8 +50,9 @@ def test_target_head_init_then_fine_tune_from_a_drafter(tmp_path: Path) -> None:
     assert run["model"]["draft_checkpoint_path"] == str(gen.run_dir / "warm_start") and gen.final_step == 6
 
     # <drafter>: every weight of the exported generalist, lm_head re-indexed by target token id
-    sql = train_drafter(compose_train(tmp_path, *tiny_overrides("domain=sql", "train.draft.init=general",
-                                                                "train.draft.vocab_size=128")))
+    sql = train_drafter(
+        compose_train(tmp_path, *tiny_overrides("domain=sql", "train.draft.init=general", "train.draft.vocab_size=128"))
+    )
     src = _state(gen.export_dir)
     warm = _state(sql.run_dir / "warm_start")
     torch.testing.assert_close(warm["fc.weight"].float(), src["fc.weight"].float())
@@ -98,9 +99,17 @@ def test_regenerated_data_is_made_by_the_pipeline(tmp_path: Path, monkeypatch: p
         return gen
 
     monkeypatch.setattr(rg, "transformers_generator", fake_generator)
-    over = ["target=tiny", "train=tiny", "domain=sql", "train.regenerate.enabled=true",
-            "train.regenerate.max_examples=5", "+train.regenerate.max_new_tokens=7", "+train.regenerate.batch_size=2",
-            "train.features.max_length=384", "train.specforge.data.max_length=384"]  # SQL schemas are long
+    over = [
+        "target=tiny",
+        "train=tiny",
+        "domain=sql",
+        "train.regenerate.enabled=true",
+        "train.regenerate.max_examples=5",
+        "+train.regenerate.max_new_tokens=7",
+        "+train.regenerate.batch_size=2",
+        "train.features.max_length=384",
+        "train.specforge.data.max_length=384",
+    ]  # SQL schemas are long
     res = train_drafter(compose_train(tmp_path, *over))
     assert seen == [{"target": "tiny", "max_new_tokens": 7, "layers": 4}]
     regen = tmp_path / "data" / "offline" / "sql" / "regen" / "train.tiny.jsonl"

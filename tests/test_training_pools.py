@@ -25,20 +25,35 @@ TARGET = TargetInfo(name="tiny", hash="sha256:aaa", hidden_size=64, vocab_size=5
 OTHER = TargetInfo(name="tiny", hash="sha256:bbb", hidden_size=64, vocab_size=512, num_layers=4)
 
 
-def entry(name: str, domain: str | None = None, target_hash: str = "sha256:aaa", aux=(0, 1, 2),
-          path=None) -> DrafterEntry:
+def entry(
+    name: str, domain: str | None = None, target_hash: str = "sha256:aaa", aux=(0, 1, 2), path=None
+) -> DrafterEntry:
     return DrafterEntry(
-        name=name, domain=domain or name, path=path or f"p/{name}", target_hash=target_hash,
-        vocab_mapping_hash="v" * 8, draft_vocab_size=256, aux_layer_ids=tuple(aux), data_manifest_hash="d" * 8,
-        training={"budget": "tiny"}, metrics={"loss": 1.5},
+        name=name,
+        domain=domain or name,
+        path=path or f"p/{name}",
+        target_hash=target_hash,
+        vocab_mapping_hash="v" * 8,
+        draft_vocab_size=256,
+        aux_layer_ids=tuple(aux),
+        data_manifest_hash="d" * 8,
+        training={"budget": "tiny"},
+        metrics={"loss": 1.5},
     )
 
 
 def write_export(root: Path, name: str, hidden: int = 64, vocab: int = 512, aux=(0, 1, 2)) -> None:
     d = root / "p" / name
     d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({"hidden_size": hidden, "vocab_size": vocab,
-                                               "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux)}}))
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "hidden_size": hidden,
+                "vocab_size": vocab,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux)},
+            }
+        )
+    )
 
 
 def test_register_round_trip_and_replace(tmp_path: Path) -> None:

@@ -21,10 +21,20 @@ from hedgespec.training import train_drafter
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     result = train_drafter(cfg)
-    print(json.dumps({"drafter": result.drafter, "pool": result.pool, "manifest": str(result.manifest),
-                      "export": str(result.export_dir), "final_step": result.final_step,
-                      "metrics": result.metrics, "timings_s": {k: round(v, 2) for k, v in result.timings.items()}},
-                     indent=2))
+    print(
+        json.dumps(
+            {
+                "drafter": result.drafter,
+                "pool": result.pool,
+                "manifest": str(result.manifest),
+                "export": str(result.export_dir),
+                "final_step": result.final_step,
+                "metrics": result.metrics,
+                "timings_s": {k: round(v, 2) for k, v in result.timings.items()},
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -13,5 +13,11 @@ from hedgespec.bench.metrics import RESULT_FORMAT, RESULT_VERSION, aggregate, va
 from hedgespec.bench.workloads import WORKLOADS, BenchRequest, load_workload
 
 __all__ = [
-    "RESULT_FORMAT", "RESULT_VERSION", "WORKLOADS", "BenchRequest", "aggregate", "load_workload", "validate_result",
+    "RESULT_FORMAT",
+    "RESULT_VERSION",
+    "WORKLOADS",
+    "BenchRequest",
+    "aggregate",
+    "load_workload",
+    "validate_result",
 ]

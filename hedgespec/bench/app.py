@@ -21,20 +21,31 @@ def note_trace(trace: str | Path, res: Mapping[str, Any]) -> Path:
     meta_path = Path(str(trace) + ".meta.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"pool": res["pool"]["name"], "commands": []}
     if meta.get("pool") != res["pool"]["name"]:
-        raise ValueError(f"trace {trace} already holds requests of pool {meta.get('pool')!r}, not {res['pool']['name']!r}")
+        raise ValueError(
+            f"trace {trace} already holds requests of pool {meta.get('pool')!r}, not {res['pool']['name']!r}"
+        )
     meta["commands"].append(portable_paths(res["command"]))
     return write_json_atomic(meta, meta_path)
 
 
-def bench_main(cfg: Mapping[str, Any], run_dir: str | Path, command: str | None = None, selector_choice: str | None = None,
-               **inject: Any) -> dict[str, Any]:
+def bench_main(
+    cfg: Mapping[str, Any],
+    run_dir: str | Path,
+    command: str | None = None,
+    selector_choice: str | None = None,
+    **inject: Any,
+) -> dict[str, Any]:
     """Run the benchmark of ``cfg`` and write its files into ``run_dir``; returns the result dict.
 
     ``selector_choice`` is the ``selector=`` group option (used as the label of configs without one, e.g.
     ``hedgespec_eal``); ``inject`` may pass ``model``, ``tokenizer``, ``drafters`` (tests).
     """
     cfg = dict(cfg)
-    if selector_choice and not (cfg.get("selector") or {}).get("label") and selector_choice != (cfg.get("selector") or {}).get("name"):
+    if (
+        selector_choice
+        and not (cfg.get("selector") or {}).get("label")
+        and selector_choice != (cfg.get("selector") or {}).get("name")
+    ):
         cfg["selector"] = {**cfg["selector"], "label": selector_choice}
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -113,9 +113,11 @@ def request_metrics(
     if save_rounds:
         rec["chosen"] = [int(c) for c in (chosen or [])]
         rec["accepted"] = [int(a) for a in (accepted or [])]
-        rec["weights"] = None if not weights or all(w is None for w in weights) else [
-            None if w is None else [_r(x) for x in w] for w in weights
-        ]
+        rec["weights"] = (
+            None
+            if not weights or all(w is None for w in weights)
+            else [None if w is None else [_r(x) for x in w] for w in weights]
+        )
     rec.update(extra)
     return rec
 
@@ -150,7 +152,8 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "target_forwards_per_token": (rounds + len(records)) / (gen + len(records)),
         "regret_mean": _mean(regrets),
         "avg_regret": (sum(float(r["regret"]) for r in with_regret) / sum(int(r["generated"]) for r in with_regret))
-        if with_regret and sum(int(r["generated"]) for r in with_regret) else None,
+        if with_regret and sum(int(r["generated"]) for r in with_regret)
+        else None,
         "timings": tsum,
         **overhead(tsum),
         "update_ms_per_round": 1e3 * tsum.get("update", 0.0) / rounds if rounds and "update" in tsum else None,
@@ -187,14 +190,50 @@ def per_domain(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]
 
 # ----------------------------------------------------------------------------------------- schema
 _TOP = {
-    "format": str, "version": int, "command": str, "selector": str, "selector_name": str, "workload": str,
-    "backend": str, "seed": int, "pool": dict, "decoding": dict, "aggregate": dict, "per_domain": dict,
-    "requests": list, "config": dict, "env": dict, "timing": dict,
+    "format": str,
+    "version": int,
+    "command": str,
+    "selector": str,
+    "selector_name": str,
+    "workload": str,
+    "backend": str,
+    "seed": int,
+    "pool": dict,
+    "decoding": dict,
+    "aggregate": dict,
+    "per_domain": dict,
+    "requests": list,
+    "config": dict,
+    "env": dict,
+    "timing": dict,
 }
-_AGG = ("n_requests", "generated", "rounds", "mat", "tokens_per_s", "target_forwards_per_token", "avg_regret",
-        "selection_overhead", "oracle_mat", "mat_vs_oracle")
-_REQ = ("request_id", "domain", "generated", "rounds", "mat", "wall_s", "tokens_per_s", "target_forwards_per_token",
-        "regret", "avg_regret", "best_drafter", "histogram", "selection_overhead")
+_AGG = (
+    "n_requests",
+    "generated",
+    "rounds",
+    "mat",
+    "tokens_per_s",
+    "target_forwards_per_token",
+    "avg_regret",
+    "selection_overhead",
+    "oracle_mat",
+    "mat_vs_oracle",
+)
+_REQ = (
+    "request_id",
+    "domain",
+    "generated",
+    "rounds",
+    "mat",
+    "wall_s",
+    "tokens_per_s",
+    "target_forwards_per_token",
+    "regret",
+    "avg_regret",
+    "best_drafter",
+    "histogram",
+    "selection_overhead",
+)
 
 
 def _max_k(decoding: Mapping[str, Any]) -> float:
@@ -205,8 +244,10 @@ def _max_k(decoding: Mapping[str, Any]) -> float:
 def validate_result(res: Mapping[str, Any]) -> None:
     """Check a bench result against the v1 schema; ``ValueError`` names the first bad field."""
     if res.get("format") != RESULT_FORMAT or res.get("version") != RESULT_VERSION:
-        raise ValueError(f"not a {RESULT_FORMAT} v{RESULT_VERSION} result (format={res.get('format')!r}, "
-                         f"version={res.get('version')!r})")
+        raise ValueError(
+            f"not a {RESULT_FORMAT} v{RESULT_VERSION} result (format={res.get('format')!r}, "
+            f"version={res.get('version')!r})"
+        )
     for key, typ in _TOP.items():
         if key not in res:
             raise ValueError(f"bench result lacks field {key!r}")

@@ -47,8 +47,9 @@ def sub_pool(names: Sequence[str], n: int, generalist: str = "general") -> list[
     return order[:n]
 
 
-def replay_selectors(trace_path: str | Path, sizes: Sequence[int] | None = None, labels: Sequence[str] | None = None,
-                     seed: int = 0) -> dict[str, Any]:
+def replay_selectors(
+    trace_path: str | Path, sizes: Sequence[int] | None = None, labels: Sequence[str] | None = None, seed: int = 0
+) -> dict[str, Any]:
     """Replay ``labels`` (default: all of :data:`REPLAY_SELECTORS`) over sub-pools of ``sizes``
     (default: 2, 4, …, N)."""
     reqs = load_trace(trace_path)
@@ -56,14 +57,16 @@ def replay_selectors(trace_path: str | Path, sizes: Sequence[int] | None = None,
         raise ValueError(f"{trace_path}: no requests in the trace")
     inexact = [r.header.get("request_id") for r in reqs if not r.exact]
     if inexact:
-        raise ValueError(f"{trace_path}: requests {inexact[:3]} were traced without full_counterfactual "
-                         "(no exact runs); record traces with `python scripts/bench.py ... trace=<path>`")
+        raise ValueError(
+            f"{trace_path}: requests {inexact[:3]} were traced without full_counterfactual "
+            "(no exact runs); record traces with `python scripts/bench.py ... trace=<path>`"
+        )
     names = list(reqs[0].header["drafters"])
     if any(list(r.header["drafters"]) != names for r in reqs):
         raise ValueError(f"{trace_path}: requests were traced with different pools")
     k = reqs[0].k
     n_all = len(names)
-    sizes = list(sizes) if sizes else sorted({min(n_all, 2 ** j) for j in range(1, n_all.bit_length() + 1)} | {n_all})
+    sizes = list(sizes) if sizes else sorted({min(n_all, 2**j) for j in range(1, n_all.bit_length() + 1)} | {n_all})
     labels = list(labels or REPLAY_SELECTORS)
     bad = [x for x in labels if x not in REPLAY_SELECTORS]
     if bad:
@@ -89,15 +92,27 @@ def replay_selectors(trace_path: str | Path, sizes: Sequence[int] | None = None,
                 rounds += res.rounds
                 regret += float(c[-1])
                 curves.append(c)
-            results[label][str(n)] = {"mat": total / rounds, "avg_regret": regret / total,
-                                      "oracle_mat": total / oracle_rounds,
-                                      "regret_curve": [round(float(x), 4) for x in mean_curve(curves)]}
+            results[label][str(n)] = {
+                "mat": total / rounds,
+                "avg_regret": regret / total,
+                "oracle_mat": total / oracle_rounds,
+                "regret_curve": [round(float(x), 4) for x in mean_curve(curves)],
+            }
     meta_path = Path(str(trace_path) + ".meta.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    return {"format": REPLAY_FORMAT, "version": 1, "trace": str(trace_path), "pool": meta.get("pool"),
-            "trace_commands": [portable_paths(c) for c in meta.get("commands", [])], "n_requests": len(reqs), "k": k,
-            "drafters": names, "sizes": [int(n) for n in sizes], "tokens": int(sum(len(r.gamma) for r in reqs)),
-            "results": results}
+    return {
+        "format": REPLAY_FORMAT,
+        "version": 1,
+        "trace": str(trace_path),
+        "pool": meta.get("pool"),
+        "trace_commands": [portable_paths(c) for c in meta.get("commands", [])],
+        "n_requests": len(reqs),
+        "k": k,
+        "drafters": names,
+        "sizes": [int(n) for n in sizes],
+        "tokens": int(sum(len(r.gamma) for r in reqs)),
+        "results": results,
+    }
 
 
 def replay_table(out: dict[str, Any]) -> str:

@@ -43,11 +43,25 @@ PAPER_NUMBERS_PATH = Path(__file__).parent / "paper_numbers.yaml"
 #: scripts/simulate.py's defaults: :func:`sim_command` spells out only the config values that differ
 SIM_DEFAULTS = {"mode": "sampling", "k": 7, "n_requests": 42, "length": 256, "vocab": 48, "seed": 0}
 #: (title, file under docs/results/) of the simulator's scaling experiments
-SIM_SCALING = (("Simulator, sampling (Fig 5b analog)", "sim_scaling.json"),
-               ("Simulator, greedy", "sim_scaling_greedy.json"))
+SIM_SCALING = (
+    ("Simulator, sampling (Fig 5b analog)", "sim_scaling.json"),
+    ("Simulator, greedy", "sim_scaling_greedy.json"),
+)
 #: fields of a scripts/bench_engine.py result that the profile estimate reads
-ENGINE_PROFILE_KEYS = ("pool", "dims", "context", "k", "rows", "device", "dtype", "threads", "draft_vocab",
-                       "target_verify_s", "drafter_forward_s", "drafter_x_target_verify")
+ENGINE_PROFILE_KEYS = (
+    "pool",
+    "dims",
+    "context",
+    "k",
+    "rows",
+    "device",
+    "dtype",
+    "threads",
+    "draft_vocab",
+    "target_verify_s",
+    "drafter_forward_s",
+    "drafter_x_target_verify",
+)
 
 
 # ------------------------------------------------------------------------- template and data
@@ -60,7 +74,7 @@ def paper_values(paper: Mapping[str, Any]) -> dict[str, Any]:
     """Template values: ``<group>_<name>`` for every entry with a ``value``, and ``main_target``."""
     out: dict[str, Any] = {"main_target": paper["main"]["target"]}
     for group, entries in paper.items():
-        for name, entry in (entries.items() if isinstance(entries, dict) else ()):
+        for name, entry in entries.items() if isinstance(entries, dict) else ():
             if isinstance(entry, dict) and "value" in entry:
                 out[f"{group}_{name}"] = entry["value"]
     return out
@@ -138,8 +152,14 @@ class ResultsDoc:
 def results_markdown(results_dir: str | Path, embedded_pool: str = "smollm2") -> str:
     """Generate ``docs/RESULTS.md`` text from the JSON under ``results_dir`` (see module doc)."""
     doc = ResultsDoc.load(results_dir, embedded_pool)
-    sections = {"table1": table1_section(doc), "main_table": main_section(doc), "sim": sim_section(doc),
-                "overhead": overhead_section(doc), "table4": table4_section(doc), "pipeline": pipeline_section(doc)}
+    sections = {
+        "table1": table1_section(doc),
+        "main_table": main_section(doc),
+        "sim": sim_section(doc),
+        "overhead": overhead_section(doc),
+        "table4": table4_section(doc),
+        "pipeline": pipeline_section(doc),
+    }
     return "\n".join(fill(doc.blocks["document"], sections, doc.values))
 
 
@@ -170,8 +190,10 @@ def main_section(doc: ResultsDoc) -> list[str]:
     else:
         for s, e in doc.paper["main"]["selectors"].items():
             lines.append(doc.say("main_awaits_row", selector=s, paper=f"{e['mat']} / {e['tokens_per_s']}"))
-        targets = "; ".join(f"{t}: " + ", ".join(f"{s} {e['mat']} / {e['tokens_per_s']}" for s, e in by.items())
-                            for t, by in doc.paper["other_targets"].items())
+        targets = "; ".join(
+            f"{t}: " + ", ".join(f"{s} {e['mat']} / {e['tokens_per_s']}" for s, e in by.items())
+            for t, by in doc.paper["other_targets"].items()
+        )
         lines += ["", doc.say("other_paper_targets", targets=targets)]
     return lines
 
@@ -179,9 +201,11 @@ def main_section(doc: ResultsDoc) -> list[str]:
 def _main_row(doc: ResultsDoc, r: Mapping[str, Any]) -> str:
     p = doc.paper_main(r["selector"])
     a = r["aggregate"]
-    return (f"| {r['selector']} | {f'{p[0]} / {p[1]}' if p else '–'} | {fmt(a['mat'])} | {fmt(a['tokens_per_s'], 1)} | "
-            f"{fmt(a['target_forwards_per_token'], 3)} | {fmt(a['avg_regret'], 4)} | "
-            f"{fmt(a['selection_overhead'], pct=True)} | {cmd_cell(r)} |")
+    return (
+        f"| {r['selector']} | {f'{p[0]} / {p[1]}' if p else '–'} | {fmt(a['mat'])} | {fmt(a['tokens_per_s'], 1)} | "
+        f"{fmt(a['target_forwards_per_token'], 3)} | {fmt(a['avg_regret'], 4)} | "
+        f"{fmt(a['selection_overhead'], pct=True)} | {cmd_cell(r)} |"
+    )
 
 
 def _goal_lines(doc: ResultsDoc, main: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -189,7 +213,8 @@ def _goal_lines(doc: ResultsDoc, main: Sequence[Mapping[str, Any]]) -> list[str]
     if not g:
         return []
     return ["", doc.say("goals_intro"), ""] + [
-        f"- {x['goal']}: measured {fmt(x['ratio'], 3)} ({met_word(x['met'], 'met', 'missed', 'n/a')})" for x in g]
+        f"- {x['goal']}: measured {fmt(x['ratio'], 3)} ({met_word(x['met'], 'met', 'missed', 'n/a')})" for x in g
+    ]
 
 
 def main_commentary(doc: ResultsDoc, main: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -208,19 +233,31 @@ def main_commentary(doc: ResultsDoc, main: Sequence[Mapping[str, Any]]) -> list[
             out += ["", doc.say("verdict_generalist_out_of_reach", goal=goal, oracle_x=f"{o / e:.2f}")]
     for b in ("ucbspec", "exp3spec"):
         if mats.get(b):
-            out.append(doc.say("ratio_vs_bandit", bandit=b, here=f"{h / mats[b]:.3f}",
-                               paper=f"{paper_h / doc.paper_main(b)[0]:.3f}"))
+            out.append(
+                doc.say(
+                    "ratio_vs_bandit",
+                    bandit=b,
+                    here=f"{h / mats[b]:.3f}",
+                    paper=f"{paper_h / doc.paper_main(b)[0]:.3f}",
+                )
+            )
     return out
 
 
 def _other_workloads(doc: ResultsDoc, runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    head = ["", doc.say("other_workloads_heading"), "",
-            "| workload | selector | MAT | tok/s | avg regret / token | selection overhead | command |",
-            "|---" * 7 + "|"]
-    return head + [f"| {r['workload']} | {r['selector']} | {fmt(r['aggregate']['mat'])} | "
-                   f"{fmt(r['aggregate']['tokens_per_s'], 1)} | {fmt(r['aggregate']['avg_regret'], 4)} | "
-                   f"{fmt(r['aggregate']['selection_overhead'], pct=True)} | {cmd_cell(r)} |"
-                   for r in sorted(runs, key=lambda r: (r["workload"], r["selector"]))]
+    head = [
+        "",
+        doc.say("other_workloads_heading"),
+        "",
+        "| workload | selector | MAT | tok/s | avg regret / token | selection overhead | command |",
+        "|---" * 7 + "|",
+    ]
+    return head + [
+        f"| {r['workload']} | {r['selector']} | {fmt(r['aggregate']['mat'])} | "
+        f"{fmt(r['aggregate']['tokens_per_s'], 1)} | {fmt(r['aggregate']['avg_regret'], 4)} | "
+        f"{fmt(r['aggregate']['selection_overhead'], pct=True)} | {cmd_cell(r)} |"
+        for r in sorted(runs, key=lambda r: (r["workload"], r["selector"]))
+    ]
 
 
 # ------------------------------------------------------------------------- Fig 5a / 5b, cost
@@ -250,10 +287,20 @@ def _sim_scaling(doc: ResultsDoc, title: str, fname: str) -> list[str]:
         return [doc.say("sim_missing", title=title, file=fname), ""]
     res, c = d["results"], d["config"]
     ns = sorted({n for by in res.values() for n in by}, key=int)
-    out = [doc.say("sim_scaling_title", title=title, command=sim_command(d), file=fname, k=c["k"],
-                   n_requests=c["n_requests"], length=c["length"]), "",
-           "| selector | " + " | ".join(f"N={n}: MAT / avg regret" for n in ns) + " | regret growth N=7→max |",
-           "|---" * (len(ns) + 2) + "|"]
+    out = [
+        doc.say(
+            "sim_scaling_title",
+            title=title,
+            command=sim_command(d),
+            file=fname,
+            k=c["k"],
+            n_requests=c["n_requests"],
+            length=c["length"],
+        ),
+        "",
+        "| selector | " + " | ".join(f"N={n}: MAT / avg regret" for n in ns) + " | regret growth N=7→max |",
+        "|---" * (len(ns) + 2) + "|",
+    ]
     for label, by in res.items():
         gr = d.get("growth", {}).get(label)
         growth = fmt(gr["growth"]) + "×" if gr else "–"
@@ -266,9 +313,12 @@ def _sim_regret(doc: ResultsDoc) -> list[str]:
     if reg is None:
         return [doc.say("sim_regret_missing"), ""]
     n = next(iter(next(iter(reg["results"].values()))))
-    out = [doc.say("sim_regret_title", length=reg["config"]["length"], command=sim_command(reg), n=n), "",
-           "| selector | final cumulative regret (mean over requests) | avg regret / token | MAT |",
-           "|---|---|---|---|"]
+    out = [
+        doc.say("sim_regret_title", length=reg["config"]["length"], command=sim_command(reg), n=n),
+        "",
+        "| selector | final cumulative regret (mean over requests) | avg regret / token | MAT |",
+        "|---|---|---|---|",
+    ]
     for label, by in reg["results"].items():
         m = by[n]
         curve = m.get("regret_curve") or []
@@ -281,8 +331,12 @@ def _learner_cost(doc: ResultsDoc) -> list[str]:
     if learners is None:
         return []
     ns = next(iter(learners["results"].values()))
-    out = [doc.say("learner_cost_title", unit=learners.get("unit"), steps=learners.get("steps")), "",
-           "| learner | " + " | ".join(f"N={n}" for n in ns) + " |", "|---" * (1 + len(ns)) + "|"]
+    out = [
+        doc.say("learner_cost_title", unit=learners.get("unit"), steps=learners.get("steps")),
+        "",
+        "| learner | " + " | ".join(f"N={n}" for n in ns) + " |",
+        "|---" * (1 + len(ns)) + "|",
+    ]
     for name, by in learners["results"].items():
         out.append(f"| {name} | " + " | ".join(f"{v:.1f} µs" for v in by.values()) + " |")
     return out + [""]
@@ -308,9 +362,22 @@ def _engine_replay(doc: ResultsDoc, d: Mapping[str, Any], fname: str) -> list[st
     commands = d.get("trace_commands")
     traced_by = doc.say("replay_traced_by", commands=", ".join(f"`{c}`" for c in commands)) if commands else ""
     ns = [str(n) for n in d["sizes"]]
-    out = [doc.say("replay_title", tag=tag, command=d["command"], file=fname, n_requests=d["n_requests"],
-                   tokens=d["tokens"], k=d["k"], drafters=d["drafters"], traced_by=traced_by), "",
-           "| selector | " + " | ".join(f"N={n}: MAT / avg regret" for n in ns) + " |", "|---" * (len(ns) + 1) + "|"]
+    out = [
+        doc.say(
+            "replay_title",
+            tag=tag,
+            command=d["command"],
+            file=fname,
+            n_requests=d["n_requests"],
+            tokens=d["tokens"],
+            k=d["k"],
+            drafters=d["drafters"],
+            traced_by=traced_by,
+        ),
+        "",
+        "| selector | " + " | ".join(f"N={n}: MAT / avg regret" for n in ns) + " |",
+        "|---" * (len(ns) + 1) + "|",
+    ]
     for label, by in d["results"].items():
         out.append(f"| {label} | " + " | ".join(f"{by[n]['mat']:.2f} / {by[n]['avg_regret']:.4f}" for n in ns) + " |")
     return out + [""]
@@ -322,12 +389,16 @@ def overhead_section(doc: ResultsDoc) -> list[str]:
     measured = [r for r in doc.emb if r["backend"] == "engine" and r["aggregate"].get("selection_overhead") is not None]
     if not measured:
         return [doc.say("overhead_awaits")] + _engine_profiles(doc)
-    out = ["| selector | workload | selection overhead | evaluate / verify | update ms / round | command |",
-           "|---" * 6 + "|"]
-    out += [f"| {r['selector']} | {r['workload']} | {fmt(r['aggregate']['selection_overhead'], pct=True)} | "
-            f"{fmt(r['aggregate'].get('evaluate_x_verify'), 3)} | "
-            f"{fmt(r['aggregate'].get('update_ms_per_round'), 3)} | {cmd_cell(r)} |"
-            for r in sorted(measured, key=lambda r: (r["workload"], r["selector"]))]
+    out = [
+        "| selector | workload | selection overhead | evaluate / verify | update ms / round | command |",
+        "|---" * 6 + "|",
+    ]
+    out += [
+        f"| {r['selector']} | {r['workload']} | {fmt(r['aggregate']['selection_overhead'], pct=True)} | "
+        f"{fmt(r['aggregate'].get('evaluate_x_verify'), 3)} | "
+        f"{fmt(r['aggregate'].get('update_ms_per_round'), 3)} | {cmd_cell(r)} |"
+        for r in sorted(measured, key=lambda r: (r["workload"], r["selector"]))
+    ]
     return out + _engine_profiles(doc)
 
 
@@ -345,17 +416,31 @@ def _engine_profiles(doc: ResultsDoc) -> list[str]:
 
 def _engine_profile(doc: ResultsDoc, res: Mapping[str, Any], fname: str) -> list[str]:
     ns = " ".join(str(n) for n in res["pool"])
-    command = (f"python scripts/bench_engine.py --dims {res['dims']} --ns {ns} --context {res['context']} "
-               f"--k {res['k']} --rows {res['rows']} --device {res['device']} --dtype {res['dtype']} "
-               f"--threads {res['threads']} --draft-vocab {res['draft_vocab']} --json docs/results/{fname}")
+    command = (
+        f"python scripts/bench_engine.py --dims {res['dims']} --ns {ns} --context {res['context']} "
+        f"--k {res['k']} --rows {res['rows']} --device {res['device']} --dtype {res['dtype']} "
+        f"--threads {res['threads']} --draft-vocab {res['draft_vocab']} --json docs/results/{fname}"
+    )
     draft = res["k"] * res["drafter_forward_s"]
-    out = ["", doc.say("engine_profile_title", command=command, **{k: res[k] for k in (
-               "dims", "draft_vocab", "device", "dtype", "threads", "k", "rows")}), "",
-           doc.say("engine_profile_times", verify_ms=f"{1e3 * res['target_verify_s']:.1f}",
-                   draft_ms=f"{1e3 * res['drafter_forward_s']:.2f}",
-                   draft_x_verify=f"{res['drafter_x_target_verify']:.3f}"),
-           "", "| N | pool evaluate | × target verify | estimated selection overhead = evaluate / (K·draft + verify + "
-           "evaluate) |", "|---|---|---|---|"]
+    out = [
+        "",
+        doc.say(
+            "engine_profile_title",
+            command=command,
+            **{k: res[k] for k in ("dims", "draft_vocab", "device", "dtype", "threads", "k", "rows")},
+        ),
+        "",
+        doc.say(
+            "engine_profile_times",
+            verify_ms=f"{1e3 * res['target_verify_s']:.1f}",
+            draft_ms=f"{1e3 * res['drafter_forward_s']:.2f}",
+            draft_x_verify=f"{res['drafter_x_target_verify']:.3f}",
+        ),
+        "",
+        "| N | pool evaluate | × target verify | estimated selection overhead = evaluate / (K·draft + verify + "
+        "evaluate) |",
+        "|---|---|---|---|",
+    ]
     for n, p in res["pool"].items():
         est = p["evaluate_s"] / (draft + res["target_verify_s"] + p["evaluate_s"])
         out.append(f"| {n} | {1e3 * p['evaluate_s']:.1f} ms | {p['x_target_verify']:.3f} | {100 * est:.1f}% |")
@@ -378,16 +463,27 @@ def table4_section(doc: ResultsDoc) -> list[str]:
     rt = [r for r in doc.emb if r["selector"] == "router"]
     if rt:
         out = ["| workload | router accuracy | scored requests | router MAT | command |", "|---|---|---|---|---|"]
-        out += [f"| {r['workload']} | {fmt(r['router'].get('accuracy'), 3)} | {r['router'].get('n_scored')} | "
-                f"{fmt(r['aggregate']['mat'])} | {cmd_cell(r)} |" for r in sorted(rt, key=lambda r: r["workload"])]
+        out += [
+            f"| {r['workload']} | {fmt(r['router'].get('accuracy'), 3)} | {r['router'].get('n_scored')} | "
+            f"{fmt(r['aggregate']['mat'])} | {cmd_cell(r)} |"
+            for r in sorted(rt, key=lambda r: r["workload"])
+        ]
     else:
         out = [doc.say("table4_awaits")]
     clf = _router_elsewhere(doc)
     if clf:
-        out += ["", doc.say("router_elsewhere_intro"), "",
-                "| workload | router accuracy | scored requests | classes | command |", "|---|---|---|---|---|"]
-        out += [f"| {w} | {fmt(r['router'].get('accuracy'), 3)} | {r['router'].get('n_scored')} | "
-                f"{len(r['router'].get('classes') or [])} | {cmd_cell(r)} |" for w, r in sorted(clf.items())]
+        out += [
+            "",
+            doc.say("router_elsewhere_intro"),
+            "",
+            "| workload | router accuracy | scored requests | classes | command |",
+            "|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {w} | {fmt(r['router'].get('accuracy'), 3)} | {r['router'].get('n_scored')} | "
+            f"{len(r['router'].get('classes') or [])} | {cmd_cell(r)} |"
+            for w, r in sorted(clf.items())
+        ]
     shift = (rt and next((r for r in rt if r["workload"] == "shift"), None)) or clf.get("shift")
     if shift and (shift["router"].get("accuracy") or 0) > 0.5:
         out += ["", doc.say("verdict_router_shift", accuracy=fmt(shift["router"]["accuracy"], 3))]
@@ -404,12 +500,18 @@ def pipeline_section(doc: ResultsDoc) -> list[str]:
     out = doc.say("pipeline_intro").split("\n") + ["", collection_table(other), ""]
     ro = [r for r in other if r.get("router") and r["workload"] not in clf]
     if ro:
-        out += [doc.say("pipeline_router_intro"), "",
-                "| pool | workload | classes | training prompts | accuracy | scored requests | command |",
-                "|---" * 7 + "|"]
-        out += [f"| {r['pool']['name']} | {r['workload']} | {len(r['router'].get('classes') or [])} | "
-                f"{r['router'].get('n_train')} | {fmt(r['router'].get('accuracy'), 3)} | "
-                f"{r['router'].get('n_scored')} | {cmd_cell(r)} |" for r in ro]
+        out += [
+            doc.say("pipeline_router_intro"),
+            "",
+            "| pool | workload | classes | training prompts | accuracy | scored requests | command |",
+            "|---" * 7 + "|",
+        ]
+        out += [
+            f"| {r['pool']['name']} | {r['workload']} | {len(r['router'].get('classes') or [])} | "
+            f"{r['router'].get('n_train')} | {fmt(r['router'].get('accuracy'), 3)} | "
+            f"{r['router'].get('n_scored')} | {cmd_cell(r)} |"
+            for r in ro
+        ]
         out.append("")
     commands = [f"- {cmd_cell(r)}" for r in other if r not in clf.values()]
     return out + [doc.say("pipeline_commands"), ""] + commands + [""]

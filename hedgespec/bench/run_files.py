@@ -40,8 +40,10 @@ def write_run(run_dir: str | Path, res: Mapping[str, Any], logger: Any = None) -
     """Write ``results.json``, ``results.md`` and the PNG set into ``run_dir``; log them when a logger is given."""
     validate_result(res)
     run_dir = Path(run_dir)
-    files = {"results.json": str(write_json_atomic(res, run_dir / "results.json")),
-             "results.md": str(write_text_atomic(run_table(res), run_dir / "results.md"))}
+    files = {
+        "results.json": str(write_json_atomic(res, run_dir / "results.json")),
+        "results.md": str(write_text_atomic(run_table(res), run_dir / "results.md")),
+    }
     files["mat_by_domain.png"] = str(plot_mat_by_domain([res], run_dir / "mat_by_domain.png"))
     files["regret.png"] = str(plot_bench_regret([res], run_dir / "regret.png"))
     files["weights.png"] = str(plot_weights(res, run_dir / "weights.png"))

@@ -48,7 +48,15 @@ from hedgespec.types import RequestContext
 
 BACKENDS = ("engine", "server")
 BENCH_SELECTORS = SELECTOR_CHOICES
-__all__ = ["BACKENDS", "BENCH_SELECTORS", "EngineRunner", "ServerRunner", "encode_prompt", "portable_paths", "run_bench"]
+__all__ = [
+    "BACKENDS",
+    "BENCH_SELECTORS",
+    "EngineRunner",
+    "ServerRunner",
+    "encode_prompt",
+    "portable_paths",
+    "run_bench",
+]
 
 
 def server_pool_names(cfg: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
@@ -78,7 +86,9 @@ def selector_label(cfg: Mapping[str, Any], names: Sequence[str] | None = None) -
 def encode_prompt(tokenizer: Any, prompt: str, chat_template: bool, max_tokens: int) -> tuple[list[int], bool]:
     """Token ids of a prompt (chat template with the generation prompt when asked); keeps the last ``max_tokens``."""
     if chat_template and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+        )
         if isinstance(ids, Mapping) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
     else:
@@ -98,17 +108,24 @@ class EngineRunner:
         self.engine = built.engine()
         ctx_len = int(self.engine.target.max_positions)
         self.max_new = int(cfg["max_new_tokens"])
-        self.max_prompt = min(int(cfg.get("max_prompt_tokens", 256)), ctx_len - self.max_new - built.decoding.num_steps - 2)
+        self.max_prompt = min(
+            int(cfg.get("max_prompt_tokens", 256)), ctx_len - self.max_new - built.decoding.num_steps - 2
+        )
         if self.max_prompt < 1:
-            raise ValueError(f"max_new_tokens={self.max_new} leaves no room for a prompt in the target context ({ctx_len})")
+            raise ValueError(
+                f"max_new_tokens={self.max_new} leaves no room for a prompt in the target context ({ctx_len})"
+            )
 
     def sampling(self, j: int) -> SamplingParams:
         """Request ``j``'s sampling settings: the run's, with a per-request seed derived from the run seed."""
         return self.built.sampling.with_seed(int(self.cfg.get("seed", 0)) * 100_003 + j)
 
-    def run_one(self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None) -> dict[str, Any]:
-        ids_list, truncated = encode_prompt(self.built.tokenizer, req.prompt, bool(self.cfg.get("chat_template", True)),
-                                            self.max_prompt)
+    def run_one(
+        self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None
+    ) -> dict[str, Any]:
+        ids_list, truncated = encode_prompt(
+            self.built.tokenizer, req.prompt, bool(self.cfg.get("chat_template", True)), self.max_prompt
+        )
         ids = torch.tensor(ids_list, dtype=torch.long)
         best = mats = None
         t = time.perf_counter()
@@ -126,10 +143,20 @@ class EngineRunner:
         if "predicted_domain" in stats.selector_state:
             extra["predicted_domain"] = stats.selector_state["predicted_domain"]
         return request_metrics(
-            request_id=req.request_id, domain=req.domain, generated=stats.generated, rounds=stats.rounds, wall_s=wall,
-            histogram=stats.histogram(self.n), timings=stats.timings, gamma=tr.gamma, trace_rounds=tr.rounds,
-            accepted=stats.accepted_per_round, chosen=stats.chosen, weights=[r.get("weights") for r in tr.rounds],
-            save_rounds=save_rounds, **extra,
+            request_id=req.request_id,
+            domain=req.domain,
+            generated=stats.generated,
+            rounds=stats.rounds,
+            wall_s=wall,
+            histogram=stats.histogram(self.n),
+            timings=stats.timings,
+            gamma=tr.gamma,
+            trace_rounds=tr.rounds,
+            accepted=stats.accepted_per_round,
+            chosen=stats.chosen,
+            weights=[r.get("weights") for r in tr.rounds],
+            save_rounds=save_rounds,
+            **extra,
         )
 
 
@@ -146,28 +173,45 @@ class ServerRunner:
         self.n = n_drafters
         name = cfg["selector"]["name"]
         if name in ("router", "oracle"):
-            raise ValueError(f"selector={name} is not available with backend=server: the server's selector is fixed at launch "
-                             "and its worker receives no per-request prompt/best drafter; use backend=engine")
+            raise ValueError(
+                f"selector={name} is not available with backend=server: the server's selector is fixed at launch "
+                "and its worker receives no per-request prompt/best drafter; use backend=engine"
+            )
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        req = urllib.request.Request(self.url + "/generate", data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + "/generate", data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as fh:
                 return json.loads(fh.read())
         except urllib.error.URLError as err:
-            raise ValueError(f"backend=server: cannot reach {self.url}/generate ({err}); start it with "
-                             f"`python serve/launch.py pool=<pool> selector=<s>` or set backend.url") from err
+            raise ValueError(
+                f"backend=server: cannot reach {self.url}/generate ({err}); start it with "
+                f"`python serve/launch.py pool=<pool> selector=<s>` or set backend.url"
+            ) from err
 
-    def run_one(self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None) -> dict[str, Any]:
+    def run_one(
+        self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None
+    ) -> dict[str, Any]:
         cfg = self.cfg
-        if self.tokenizer is not None and cfg.get("chat_template", True) and getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": req.prompt}], add_generation_prompt=True, tokenize=False)
+        if (
+            self.tokenizer is not None
+            and cfg.get("chat_template", True)
+            and getattr(self.tokenizer, "chat_template", None)
+        ):
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": req.prompt}], add_generation_prompt=True, tokenize=False
+            )
         else:
             text = req.prompt
         smp = sampling_of(cfg)
-        sp = {"temperature": smp.temperature, "top_p": smp.top_p,
-              "max_new_tokens": int(cfg["max_new_tokens"]), "ignore_eos": not cfg.get("stop_at_eos", True)}
+        sp = {
+            "temperature": smp.temperature,
+            "top_p": smp.top_p,
+            "max_new_tokens": int(cfg["max_new_tokens"]),
+            "ignore_eos": not cfg.get("stop_at_eos", True),
+        }
         t0 = time.perf_counter()
         out = self._post({"text": text, "sampling_params": sp})
         wall = time.perf_counter() - t0
@@ -177,8 +221,10 @@ class ServerRunner:
         want = str(cfg["selector"]["name"])
         served = (m.get("hedgespec_selector") or [None])[0]
         if self.check_selector and served is not None and served != want:
-            raise ValueError(f"backend=server: {self.url} serves selector {served!r} but selector={want} was requested; "
-                             f"relaunch `python serve/launch.py ... selector={want}`")
+            raise ValueError(
+                f"backend=server: {self.url} serves selector {served!r} but selector={want} was requested; "
+                f"relaunch `python serve/launch.py ... selector={want}`"
+            )
         gen = int(m["completion_tokens"])
         rounds = int(m.get("spec_verify_ct") or 0)
         hist = [int(h) for h in (m.get("hedgespec_histogram") or [])]
@@ -186,9 +232,19 @@ class ServerRunner:
             hist = [rounds]  # stock EAGLE-3 (selector=eagle): one drafter
         w = m.get("hedgespec_weights") or None
         mat = float(m["spec_accept_length"]) if m.get("spec_accept_length") else (gen / rounds if rounds else 0.0)
-        rec = request_metrics(request_id=req.request_id, domain=req.domain, generated=gen, rounds=rounds, wall_s=wall,
-                              histogram=hist, mat=mat, weights=[w] if w else None, save_rounds=save_rounds,
-                              prompt_tokens=int(m.get("prompt_tokens", 0)), served_selector=served)
+        rec = request_metrics(
+            request_id=req.request_id,
+            domain=req.domain,
+            generated=gen,
+            rounds=rounds,
+            wall_s=wall,
+            histogram=hist,
+            mat=mat,
+            weights=[w] if w else None,
+            save_rounds=save_rounds,
+            prompt_tokens=int(m.get("prompt_tokens", 0)),
+            served_selector=served,
+        )
         rec["target_forwards"] = rounds + 1
         rec["target_forwards_per_token"] = (rounds + 1) / max(gen, 1)  # SGLang counts the prefill token in completion
         return rec
@@ -206,8 +262,12 @@ def _env(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def default_command(cfg: Mapping[str, Any]) -> str:
-    parts = [f"pool={cfg['pool'].get('name')}", f"selector={cfg.get('selector_choice') or cfg['selector'].get('label') or cfg['selector']['name']}",
-             f"workload={cfg['workload']['name']}", f"backend={cfg['backend']['name']}"]
+    parts = [
+        f"pool={cfg['pool'].get('name')}",
+        f"selector={cfg.get('selector_choice') or cfg['selector'].get('label') or cfg['selector']['name']}",
+        f"workload={cfg['workload']['name']}",
+        f"backend={cfg['backend']['name']}",
+    ]
     if cfg.get("fixed"):
         parts.append(f"fixed={cfg['fixed']}")
     return "python scripts/bench.py " + " ".join(parts)
@@ -221,13 +281,19 @@ def _check_run(cfg: Mapping[str, Any], drafters: Any) -> str:
     check_selector_config(cfg)
     man = (cfg.get("pool") or {}).get("manifest")
     if backend == "engine" and drafters is None and man and not Path(man).is_file():
-        raise ValueError(f"pool={cfg['pool'].get('name')}: its manifest {man} does not exist yet; train the pool first "
-                         "(train/run.py, docs/training.md) or use pool=tiny")
+        raise ValueError(
+            f"pool={cfg['pool'].get('name')}: its manifest {man} does not exist yet; train the pool first "
+            "(train/run.py, docs/training.md) or use pool=tiny"
+        )
     if cfg.get("trace") and sampling_of(cfg).temperature > 0:
-        raise ValueError("trace=<path> records full-counterfactual replay tables, which are exact only for greedy "
-                         "decoding: use sampling.temperature=0")
+        raise ValueError(
+            "trace=<path> records full-counterfactual replay tables, which are exact only for greedy "
+            "decoding: use sampling.temperature=0"
+        )
     if backend == "server" and _needs_oracle(cfg):
-        raise ValueError("oracle_probe / selector=oracle need backend=engine (the server reports no counterfactual trace)")
+        raise ValueError(
+            "oracle_probe / selector=oracle need backend=engine (the server reports no counterfactual trace)"
+        )
     return backend
 
 
@@ -235,7 +301,9 @@ def _needs_oracle(cfg: Mapping[str, Any]) -> bool:
     return cfg["selector"]["name"] == "oracle" or bool(cfg.get("oracle_probe")) or bool(cfg.get("trace"))
 
 
-def _engine_runner(cfg: Mapping[str, Any], model: Any, tokenizer: Any, drafters: Any, timing: dict[str, float]) -> tuple[Any, Pool, dict[str, Any]]:
+def _engine_runner(
+    cfg: Mapping[str, Any], model: Any, tokenizer: Any, drafters: Any, timing: dict[str, float]
+) -> tuple[Any, Pool, dict[str, Any]]:
     if cfg["backend"].get("threads"):
         torch.set_num_threads(int(cfg["backend"]["threads"]))
     built = build(cfg, model, tokenizer, drafters)
@@ -251,12 +319,23 @@ def _server_runner(cfg: Mapping[str, Any], tokenizer: Any) -> tuple[Any, Pool, d
     return ServerRunner(cfg, tokenizer, len(names)), Pool([], names, domains), {}
 
 
-def _run_requests(cfg: Mapping[str, Any], runner: Any, requests: Sequence[BenchRequest], conc: int,
-                  progress: Callable[[int, dict[str, Any]], None] | None) -> list[dict[str, Any]]:
-    need_oracle, save_rounds, trace_path = _needs_oracle(cfg), bool(cfg.get("save_rounds", True)), cfg.get("trace") or None
+def _run_requests(
+    cfg: Mapping[str, Any],
+    runner: Any,
+    requests: Sequence[BenchRequest],
+    conc: int,
+    progress: Callable[[int, dict[str, Any]], None] | None,
+) -> list[dict[str, Any]]:
+    need_oracle, save_rounds, trace_path = (
+        _needs_oracle(cfg),
+        bool(cfg.get("save_rounds", True)),
+        cfg.get("trace") or None,
+    )
     if conc > 1:
         with ThreadPoolExecutor(conc) as ex:
-            return list(ex.map(lambda a: runner.run_one(a[1], a[0], need_oracle, save_rounds, trace_path), enumerate(requests)))
+            return list(
+                ex.map(lambda a: runner.run_one(a[1], a[0], need_oracle, save_rounds, trace_path), enumerate(requests))
+            )
     records = []
     for j, req in enumerate(requests):
         records.append(runner.run_one(req, j, need_oracle, save_rounds, trace_path))
@@ -281,30 +360,58 @@ def _router_summary(info: Mapping[str, Any], records: Sequence[Mapping[str, Any]
 def _decoding_record(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The result's ``decoding`` block: the round shape, the sampling settings and the length budget."""
     dec, smp = decoding_of(cfg), sampling_of(cfg)
-    return {**dec.to_dict(), "temperature": smp.temperature, "top_p": smp.top_p, "top_k": smp.top_k,
-            "max_new_tokens": int(cfg["max_new_tokens"])}
-
-
-def _result(cfg: Mapping[str, Any], backend: str, pool: Pool, records: list[dict[str, Any]], agg: dict[str, Any],
-            info: dict[str, Any], timing: dict[str, float], command: str | None) -> dict[str, Any]:
-    workload = str(cfg["workload"]["name"])
-    resolved = {k: v for k, v in cfg.items() if k != "hydra"}
     return {
-        "format": RESULT_FORMAT, "version": RESULT_VERSION, "command": command or default_command(cfg),
-        "selector": selector_label(cfg, pool.names), "selector_name": str(cfg["selector"]["name"]),
-        "workload": workload + (f":{cfg['workload'].get('domain')}" if workload == "domain" else ""),
-        "backend": backend, "seed": int(cfg.get("seed", 0)),
-        "pool": {"name": str(cfg["pool"].get("name")), "drafters": list(pool.names), "domains": list(pool.domains)},
-        "target": str((cfg.get("target") or {}).get("name")),
-        "decoding": _decoding_record(cfg), "aggregate": agg, "per_domain": per_domain(records),
-        "router": _router_summary(info, records) if cfg["selector"]["name"] == "router" else None,
-        "selector_info": {k: v for k, v in info.items() if k != "router"}, "requests": records,
-        "config": portable_paths(json.loads(json.dumps(resolved, default=str))), "env": _env(cfg), "timing": timing,
+        **dec.to_dict(),
+        "temperature": smp.temperature,
+        "top_p": smp.top_p,
+        "top_k": smp.top_k,
+        "max_new_tokens": int(cfg["max_new_tokens"]),
     }
 
 
-def run_bench(cfg: Mapping[str, Any], model: Any = None, tokenizer: Any = None, drafters: Sequence[Any] | None = None,
-              command: str | None = None, progress: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def _result(
+    cfg: Mapping[str, Any],
+    backend: str,
+    pool: Pool,
+    records: list[dict[str, Any]],
+    agg: dict[str, Any],
+    info: dict[str, Any],
+    timing: dict[str, float],
+    command: str | None,
+) -> dict[str, Any]:
+    workload = str(cfg["workload"]["name"])
+    resolved = {k: v for k, v in cfg.items() if k != "hydra"}
+    return {
+        "format": RESULT_FORMAT,
+        "version": RESULT_VERSION,
+        "command": command or default_command(cfg),
+        "selector": selector_label(cfg, pool.names),
+        "selector_name": str(cfg["selector"]["name"]),
+        "workload": workload + (f":{cfg['workload'].get('domain')}" if workload == "domain" else ""),
+        "backend": backend,
+        "seed": int(cfg.get("seed", 0)),
+        "pool": {"name": str(cfg["pool"].get("name")), "drafters": list(pool.names), "domains": list(pool.domains)},
+        "target": str((cfg.get("target") or {}).get("name")),
+        "decoding": _decoding_record(cfg),
+        "aggregate": agg,
+        "per_domain": per_domain(records),
+        "router": _router_summary(info, records) if cfg["selector"]["name"] == "router" else None,
+        "selector_info": {k: v for k, v in info.items() if k != "router"},
+        "requests": records,
+        "config": portable_paths(json.loads(json.dumps(resolved, default=str))),
+        "env": _env(cfg),
+        "timing": timing,
+    }
+
+
+def run_bench(
+    cfg: Mapping[str, Any],
+    model: Any = None,
+    tokenizer: Any = None,
+    drafters: Sequence[Any] | None = None,
+    command: str | None = None,
+    progress: Callable[[int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Run ``cfg['selector']`` over ``cfg['workload']`` on ``cfg['backend']``; returns the v1 result dict.
 
     ``model``/``tokenizer``/``drafters`` may be injected (tests, notebooks); otherwise they are built from

@@ -43,21 +43,33 @@ def cmd_cell(r: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------------- one run
 def run_table(res: Mapping[str, Any]) -> str:
     """Markdown: one row per domain (and ALL): requests, MAT, tok/s, forwards/token, regret, overhead, oracle."""
-    head = ("| domain | requests | MAT | tok/s | target fwd / token | avg regret / token | selection overhead | "
-            "oracle MAT | MAT / oracle |")
-    rows = [f"**{res['selector']}** on `{res['workload']}` (pool `{res['pool']['name']}`, backend {res['backend']}, "
-            f"seed {res['seed']}): `{res['command']}`", "", head, "|---" * 9 + "|"]
+    head = (
+        "| domain | requests | MAT | tok/s | target fwd / token | avg regret / token | selection overhead | "
+        "oracle MAT | MAT / oracle |"
+    )
+    rows = [
+        f"**{res['selector']}** on `{res['workload']}` (pool `{res['pool']['name']}`, backend {res['backend']}, "
+        f"seed {res['seed']}): `{res['command']}`",
+        "",
+        head,
+        "|---" * 9 + "|",
+    ]
     items = list(res["per_domain"].items()) + [("**all**", res["aggregate"])]
     for dom, a in items:
-        rows.append(f"| {dom} | {a['n_requests']} | {fmt(a['mat'])} | {fmt(a['tokens_per_s'], 1)} | "
-                    f"{fmt(a['target_forwards_per_token'], 3)} | {fmt(a['avg_regret'], 4)} | "
-                    f"{fmt(a['selection_overhead'], pct=True)} | {fmt(a['oracle_mat'])} | "
-                    f"{fmt(a['mat_vs_oracle'], 3)} |")
+        rows.append(
+            f"| {dom} | {a['n_requests']} | {fmt(a['mat'])} | {fmt(a['tokens_per_s'], 1)} | "
+            f"{fmt(a['target_forwards_per_token'], 3)} | {fmt(a['avg_regret'], 4)} | "
+            f"{fmt(a['selection_overhead'], pct=True)} | {fmt(a['oracle_mat'])} | "
+            f"{fmt(a['mat_vs_oracle'], 3)} |"
+        )
     if res.get("router"):
         r = res["router"]
-        rows += ["", f"Router ({r.get('classifier')}, {r.get('n_train')} training prompts, "
-                     f"classes {r.get('classes')}): accuracy {fmt(r.get('accuracy'), 3)} on {r.get('n_scored')} "
-                     "scored requests."]
+        rows += [
+            "",
+            f"Router ({r.get('classifier')}, {r.get('n_train')} training prompts, "
+            f"classes {r.get('classes')}): accuracy {fmt(r.get('accuracy'), 3)} on {r.get('n_scored')} "
+            "scored requests.",
+        ]
     return "\n".join(rows) + "\n"
 
 
@@ -87,19 +99,26 @@ def _ratio_to(groups: Mapping[RunKey, Sequence[Mapping[str, Any]]], key: RunKey,
 
 def collection_table(results: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: one row per (pool, workload, backend, selector), mean ± std over seeds, plus ratios to baselines."""
-    rows = ["| pool | workload | backend | selector | seeds | MAT | tok/s | target fwd / token | avg regret / token | "
-            "selection overhead | MAT / oracle | × eagle |", "|---" * 12 + "|"]
+    rows = [
+        "| pool | workload | backend | selector | seeds | MAT | tok/s | target fwd / token | avg regret / token | "
+        "selection overhead | MAT / oracle | × eagle |",
+        "|---" * 12 + "|",
+    ]
     groups = group_runs(results)
     for (pool, wl, be, sel), runs in sorted(groups.items()):
         mat, sd = seed_mean(runs, "mat")
-        tps, fpt, reg, ovh, vo = (seed_mean(runs, k)[0] for k in (
-            "tokens_per_s", "target_forwards_per_token", "avg_regret", "selection_overhead", "mat_vs_oracle"))
+        tps, fpt, reg, ovh, vo = (
+            seed_mean(runs, k)[0]
+            for k in ("tokens_per_s", "target_forwards_per_token", "avg_regret", "selection_overhead", "mat_vs_oracle")
+        )
         if vo is None:
             vo = _ratio_to(groups, (pool, wl, be, "oracle"), mat)  # vs the oracle selector's run on the same workload
         xe = _ratio_to(groups, (pool, wl, be, "eagle"), mat)
         mat_s = fmt(mat) + (f" ± {sd:.2f}" if sd is not None else "")
-        rows.append(f"| {pool} | {wl} | {be} | {sel} | {len(runs)} | {mat_s} | {fmt(tps, 1)} | {fmt(fpt, 3)} | "
-                    f"{fmt(reg, 4)} | {fmt(ovh, pct=True)} | {fmt(vo, 3)} | {fmt(xe, 3)} |")
+        rows.append(
+            f"| {pool} | {wl} | {be} | {sel} | {len(runs)} | {mat_s} | {fmt(tps, 1)} | {fmt(fpt, 3)} | "
+            f"{fmt(reg, 4)} | {fmt(ovh, pct=True)} | {fmt(vo, 3)} | {fmt(xe, 3)} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -127,8 +146,15 @@ def goals(results: Sequence[Mapping[str, Any]], workload: str = "mixed") -> list
             met = None if ratio is None else ratio >= thr
             out.append(_goal(pool, be, f"HedgeSpec MAT ≥ {thr} × {name}", ratio, met))
         ovh = seed_mean(runs, "selection_overhead")[0]
-        out.append(_goal(pool, be, f"selection overhead ≤ {OVERHEAD_GOAL:.0%} of round time", ovh,
-                         None if ovh is None else ovh <= OVERHEAD_GOAL))
+        out.append(
+            _goal(
+                pool,
+                be,
+                f"selection overhead ≤ {OVERHEAD_GOAL:.0%} of round time",
+                ovh,
+                None if ovh is None else ovh <= OVERHEAD_GOAL,
+            )
+        )
     return out
 
 
@@ -140,8 +166,9 @@ def met_word(met: bool | None, yes: str = "yes", no: str = "no", unknown: str = 
 def goals_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Markdown rows (header included) of :func:`goals`' output."""
     head = "| pool | backend | goal | measured | met |\n|---|---|---|---|---|\n"
-    return head + "".join(f"| {x['pool']} | {x['backend']} | {x['goal']} | {fmt(x['ratio'], 3)} | "
-                          f"{met_word(x['met'])} |\n" for x in rows)
+    return head + "".join(
+        f"| {x['pool']} | {x['backend']} | {x['goal']} | {fmt(x['ratio'], 3)} | {met_word(x['met'])} |\n" for x in rows
+    )
 
 
 # ---------------------------------------------------------------------------- MAT pooling
@@ -156,8 +183,11 @@ def pooled_fixed_mats(requests: Sequence[Mapping[str, Any]]) -> np.ndarray:
 
 def probe_runs(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The ``workload=domain oracle_probe=true`` runs: one domain each, requests carrying ``fixed_mats``."""
-    return [r for r in results
-            if str(r["workload"]).startswith("domain:") and any(q.get("fixed_mats") for q in r["requests"])]
+    return [
+        r
+        for r in results
+        if str(r["workload"]).startswith("domain:") and any(q.get("fixed_mats") for q in r["requests"])
+    ]
 
 
 def mat_matrix(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:

@@ -115,8 +115,10 @@ def load_workload(cfg: Mapping[str, Any], data: Mapping[str, Any], seed: int = 0
     elif name == "domain":
         dom = cfg.get("domain")
         if not dom:
-            raise ValueError("workload=domain needs a domain: python scripts/bench.py workload=domain domain=<d> "
-                             f"(one of {list(TRAIN_DOMAINS + OOD_DOMAINS)})")
+            raise ValueError(
+                "workload=domain needs a domain: python scripts/bench.py workload=domain domain=<d> "
+                f"(one of {list(TRAIN_DOMAINS + OOD_DOMAINS)})"
+            )
         reqs = domain_prompts(data, str(dom), n)
     else:
         key = "ood_domains" if name == "ood" else "domains"
@@ -127,8 +129,10 @@ def load_workload(cfg: Mapping[str, Any], data: Mapping[str, Any], seed: int = 0
         if name == "shift":
             # the recipes' own prompt-variant transform (paper Table 4)
             variant = str(cfg.get("variant") or "two_answers")
-            reqs = [BenchRequest(r.request_id + f"@{variant}", apply_variant(r.prompt, variant, seed), r.domain)
-                    for r in reqs]
+            reqs = [
+                BenchRequest(r.request_id + f"@{variant}", apply_variant(r.prompt, variant, seed), r.domain)
+                for r in reqs
+            ]
     limit = cfg.get("max_requests")
     if limit is not None:
         reqs = reqs[: int(limit)]

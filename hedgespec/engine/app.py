@@ -24,10 +24,15 @@ def _generate_one(built: Built, engine: Any, r: int, text: Any, cfg: dict[str, A
         best, _ = built.oracle(ids, max_new, built.sampling, request_id=r)
     ctx = RequestContext(request_id=r, prompt=text, best_drafter=best)
     out, stats = engine.generate(ids, max_new, built.sampling, ctx=ctx, trace_path=(cfg.get("trace") or {}).get("path"))
-    new = out[len(ids):].tolist()
+    new = out[len(ids) :].tolist()
     return {
-        "prompt": text, "completion": tok.decode(new) if tok is not None else None, "tokens": new,
-        "rounds": stats.rounds, "generated": stats.generated, "mat": stats.mat, "histogram": stats.histogram(built.n),
+        "prompt": text,
+        "completion": tok.decode(new) if tok is not None else None,
+        "tokens": new,
+        "rounds": stats.rounds,
+        "generated": stats.generated,
+        "mat": stats.mat,
+        "histogram": stats.histogram(built.n),
         "timings": stats.timings,
     }
 
@@ -38,8 +43,12 @@ def run_generate(cfg: dict[str, Any], model: Any = None, tokenizer: Any = None) 
     engine = built.engine(full_counterfactual=bool((cfg.get("trace") or {}).get("full_counterfactual")))
     results = [_generate_one(built, engine, r, text, cfg) for r, text in enumerate(cfg["prompts"])]
     sel = cfg["selector"]
-    return {"drafters": built.pool.names, "selector": sel.get("label", sel["name"]),
-            "pool_build_s": built.timing["pool_s"], "results": results}
+    return {
+        "drafters": built.pool.names,
+        "selector": sel.get("label", sel["name"]),
+        "pool_build_s": built.timing["pool_s"],
+        "results": results,
+    }
 
 
 def format_results(out: dict[str, Any]) -> str:

@@ -23,10 +23,24 @@ from hedgespec.engine.target import TargetModel
 from hedgespec.fixtures import random_drafter
 
 DIMS: dict[str, dict[str, Any]] = {
-    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, draft_vocab=512),
-    "smollm2": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                    num_attention_heads=9, num_key_value_heads=3, draft_vocab=32000),
+    "tiny": dict(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        draft_vocab=512,
+    ),
+    "smollm2": dict(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        draft_vocab=32000,
+    ),
 }
 
 
@@ -58,9 +72,17 @@ def _draft_vocab(dims: str, d: dict[str, Any], draft_vocab: int | None) -> int:
 
 
 @torch.no_grad()
-def bench_engine(dims: str = "tiny", ns: Sequence[int] = (1, 2, 4, 7, 14, 28), context: int = 128, k: int = 4,
-                 rows: int = 4, repeats: int = 20, device: str = "cpu", dtype: str = "float32",
-                 draft_vocab: int | None = None) -> dict[str, Any]:
+def bench_engine(
+    dims: str = "tiny",
+    ns: Sequence[int] = (1, 2, 4, 7, 14, 28),
+    context: int = 128,
+    k: int = 4,
+    rows: int = 4,
+    repeats: int = 20,
+    device: str = "cpu",
+    dtype: str = "float32",
+    draft_vocab: int | None = None,
+) -> dict[str, Any]:
     """Best-of-``repeats`` seconds of each cost and their ratios to one drafter forward and one target forward.
 
     ``draft_vocab`` overrides the dims' draft vocabulary (the embedded pool's trained drafters use 4096).
@@ -77,22 +99,41 @@ def bench_engine(dims: str = "tiny", ns: Sequence[int] = (1, 2, 4, 7, 14, 28), c
     pool1 = DrafterPool(heads[:1], model, dtype=tdtype)
     tgt = TargetModel(model, pool1.capture_ids)
     _, feats = tgt.prefill(ctx[:context])
-    res: dict[str, Any] = {"dims": dims, "device": device, "dtype": dtype, "context": context, "k": k, "rows": rows,
-                           "draft_vocab": vd, "threads": torch.get_num_threads()}
+    res: dict[str, Any] = {
+        "dims": dims,
+        "device": device,
+        "dtype": dtype,
+        "context": context,
+        "k": k,
+        "rows": rows,
+        "draft_vocab": vd,
+        "threads": torch.get_num_threads(),
+    }
     res.update(_single_costs(pool1, tgt, ctx, feats, context, k, repeats, device))
     res["pool"] = {}
     for n in ns:
         pool = DrafterPool(heads[:n], model, dtype=tdtype)
         t = _evaluate_cost(pool, tgt, ctx, feats, context, rows, repeats, device)
-        res["pool"][n] = {"evaluate_s": t, "x_drafter_forward": t / res["drafter_forward_s"],
-                          "x_target_verify": t / res["target_verify_s"]}
+        res["pool"][n] = {
+            "evaluate_s": t,
+            "x_drafter_forward": t / res["drafter_forward_s"],
+            "x_target_verify": t / res["target_verify_s"],
+        }
         res["pool"][n]["x_n1_evaluate"] = t / res["pool"][ns[0]]["evaluate_s"]
     res["drafter_x_target_verify"] = res["drafter_forward_s"] / res["target_verify_s"]
     return res
 
 
-def _single_costs(pool1: DrafterPool, tgt: TargetModel, ctx: torch.Tensor, feats: torch.Tensor, context: int,
-                  k: int, repeats: int, device: str) -> dict[str, float]:
+def _single_costs(
+    pool1: DrafterPool,
+    tgt: TargetModel,
+    ctx: torch.Tensor,
+    feats: torch.Tensor,
+    context: int,
+    k: int,
+    repeats: int,
+    device: str,
+) -> dict[str, float]:
     """One target verification forward (K+1 rows), one decode step and one draft step, after ``context`` rows."""
     emb = tgt.embed(ctx[:context])
     cached = tgt.cache
@@ -112,13 +153,23 @@ def _single_costs(pool1: DrafterPool, tgt: TargetModel, ctx: torch.Tensor, feats
     def drafter_step() -> None:
         pool1.run([0], e1, f1, True, torch.tensor([context - 1], device=device))
 
-    return {"target_verify_s": _time(target_verify, device, repeats),
-            "target_decode_s": _time(target_decode, device, repeats),
-            "drafter_forward_s": _time(drafter_step, device, repeats)}
+    return {
+        "target_verify_s": _time(target_verify, device, repeats),
+        "target_decode_s": _time(target_decode, device, repeats),
+        "drafter_forward_s": _time(drafter_step, device, repeats),
+    }
 
 
-def _evaluate_cost(pool: DrafterPool, tgt: TargetModel, ctx: torch.Tensor, feats: torch.Tensor, context: int,
-                   rows: int, repeats: int, device: str) -> float:
+def _evaluate_cost(
+    pool: DrafterPool,
+    tgt: TargetModel,
+    ctx: torch.Tensor,
+    feats: torch.Tensor,
+    context: int,
+    rows: int,
+    repeats: int,
+    device: str,
+) -> float:
     """Seconds of one batched :meth:`DrafterPool.evaluate` of ``rows`` rows after ``context`` cached rows."""
     emb = tgt.embed(ctx[:context])
     pool.prefill(ctx[1:context], feats[: context - 1], emb[1:][None])
@@ -155,7 +206,9 @@ def format_bench(res: dict[str, Any]) -> str:
     ]
     n1 = next(iter(res["pool"]))
     for n, r in res["pool"].items():
-        lines.append(f"pool evaluate N={n:>2}: {r['evaluate_s'] * 1e3:8.3f} ms = {r['x_drafter_forward']:6.2f} x "
-                     f"drafter forward = {r['x_target_verify']:6.3f} x target forward = {r['x_n1_evaluate']:5.2f} "
-                     f"x N={n1}")
+        lines.append(
+            f"pool evaluate N={n:>2}: {r['evaluate_s'] * 1e3:8.3f} ms = {r['x_drafter_forward']:6.2f} x "
+            f"drafter forward = {r['x_target_verify']:6.3f} x target forward = {r['x_n1_evaluate']:5.2f} "
+            f"x N={n1}"
+        )
     return "\n".join(lines)

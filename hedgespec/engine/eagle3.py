@@ -135,8 +135,14 @@ class Eagle3Drafter:
     back. Random heads shaped for a target: :func:`hedgespec.fixtures.random_drafter`.
     """
 
-    def __init__(self, config: Eagle3Config, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: torch.Tensor,
-                 name: str = "drafter") -> None:
+    def __init__(
+        self,
+        config: Eagle3Config,
+        weights: dict[str, torch.Tensor],
+        d2t: torch.Tensor,
+        t2d: torch.Tensor,
+        name: str = "drafter",
+    ) -> None:
         self.config = config
         self.weights = weights  # short names (see WEIGHT_KEYS)
         self.d2t = d2t.long()
@@ -162,8 +168,9 @@ class Eagle3Drafter:
         cfg_path, st_path = os.path.join(path, "config.json"), os.path.join(path, "model.safetensors")
         for p in (cfg_path, st_path):
             if not os.path.isfile(p):
-                raise ValueError(f"drafter {name!r}: {p} not found "
-                                 "(expected the directory `specforge export --to sglang` writes)")
+                raise ValueError(
+                    f"drafter {name!r}: {p} not found (expected the directory `specforge export --to sglang` writes)"
+                )
         with open(cfg_path) as fh:
             config = json.load(fh)
         state = load_file(st_path)
@@ -198,17 +205,22 @@ class Eagle3Drafter:
         }
         for key, shape in expected.items():
             if tuple(w[key].shape) != shape:
-                raise ValueError(f"drafter {self.name!r}: tensor {key} has shape {tuple(w[key].shape)}, "
-                                 f"config implies {shape}")
+                raise ValueError(
+                    f"drafter {self.name!r}: tensor {key} has shape {tuple(w[key].shape)}, config implies {shape}"
+                )
         if w["fc"].shape[0] != h or w["fc"].shape[1] % c.target_hidden_size:
-            raise ValueError(f"drafter {self.name!r}: fc.weight shape {tuple(w['fc'].shape)} "
-                             "is not [hidden_size, n·target_hidden_size]")
+            raise ValueError(
+                f"drafter {self.name!r}: fc.weight shape {tuple(w['fc'].shape)} "
+                "is not [hidden_size, n·target_hidden_size]"
+            )
         if self.d2t.shape != (c.draft_vocab_size,):
-            raise ValueError(f"drafter {self.name!r}: d2t has shape {tuple(self.d2t.shape)}, "
-                             f"expected ({c.draft_vocab_size},)")
+            raise ValueError(
+                f"drafter {self.name!r}: d2t has shape {tuple(self.d2t.shape)}, expected ({c.draft_vocab_size},)"
+            )
         if self.t2d.shape != (c.vocab_size,):
-            raise ValueError(f"drafter {self.name!r}: t2d has shape {tuple(self.t2d.shape)}, "
-                             f"expected ({c.vocab_size},)")
+            raise ValueError(
+                f"drafter {self.name!r}: t2d has shape {tuple(self.t2d.shape)}, expected ({c.vocab_size},)"
+            )
 
     @property
     def target_ids(self) -> torch.Tensor:
@@ -226,8 +238,10 @@ class Eagle3Drafter:
         c, who = self.config, f"drafter {self.name!r}"
         th, tv, tl = tcfg.hidden_size, tcfg.vocab_size, tcfg.num_hidden_layers
         if c.hidden_size != th:
-            raise ValueError(f"{who}: hidden_size {c.hidden_size} != target hidden_size {th} "
-                             "(the head shares the target's embeddings)")
+            raise ValueError(
+                f"{who}: hidden_size {c.hidden_size} != target hidden_size {th} "
+                "(the head shares the target's embeddings)"
+            )
         if c.target_hidden_size != th:
             raise ValueError(f"{who}: target_hidden_size {c.target_hidden_size} != target hidden_size {th}")
         if c.vocab_size != tv:
@@ -235,8 +249,10 @@ class Eagle3Drafter:
         ids = self.aux_layer_ids(tl)
         bad = [i for i in ids if not 0 <= i < tl]
         if bad:
-            raise ValueError(f"{who}: eagle_aux_hidden_state_layer_ids {list(ids)} out of range for a {tl}-layer "
-                             f"target (valid: 0..{tl - 1})")
+            raise ValueError(
+                f"{who}: eagle_aux_hidden_state_layer_ids {list(ids)} out of range for a {tl}-layer "
+                f"target (valid: 0..{tl - 1})"
+            )
         if self.weights["fc"].shape[1] != len(ids) * th:
             raise ValueError(
                 f"{who}: eagle_aux_hidden_state_layer_ids has {len(ids)} layers but fc.weight expects "
@@ -248,8 +264,9 @@ class Eagle3Drafter:
         if len(set(tid.tolist())) != len(tid):
             raise ValueError(f"{who}: d2t vocab mapping is not injective (two draft ids map to one target id)")
         if int(self.t2d.sum()) != c.draft_vocab_size or not bool(self.t2d[tid].all()):
-            raise ValueError(f"{who}: t2d vocab mapping is inconsistent with d2t "
-                             "(t2d must mark exactly the mapped target ids)")
+            raise ValueError(
+                f"{who}: t2d vocab mapping is inconsistent with d2t (t2d must mark exactly the mapped target ids)"
+            )
 
 
 # ------------------------------------------------------------------------------------ functional core
@@ -257,8 +274,9 @@ def target_text_config(target: Any) -> Any:
     """The (text) model config of a transformers causal LM or :class:`~hedgespec.engine.target.TargetModel`."""
     cfg = getattr(target, "config", None)
     if cfg is None:
-        raise ValueError("target must be a transformers causal LM or TargetModel with .config, "
-                         f"got {type(target).__name__}")
+        raise ValueError(
+            f"target must be a transformers causal LM or TargetModel with .config, got {type(target).__name__}"
+        )
     return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
@@ -329,8 +347,9 @@ def stacked_forward(
     return logits, out, k, v
 
 
-def stack_weights(drafters: Sequence[Eagle3Drafter], dtype: torch.dtype = torch.float32,
-                  device: Any = None) -> dict[str, torch.Tensor]:
+def stack_weights(
+    drafters: Sequence[Eagle3Drafter], dtype: torch.dtype = torch.float32, device: Any = None
+) -> dict[str, torch.Tensor]:
     """Stack heads into [N, ...] tensors (matrices transposed to [N, in, out]).
 
     Heads may differ in intermediate size and draft-vocab size: the MLP is zero-padded (an exact no-op:

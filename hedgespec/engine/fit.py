@@ -17,8 +17,15 @@ from hedgespec.engine.pool import DrafterPool
 from hedgespec.engine.target import TargetModel
 
 
-def fit_drafter(drafter: Eagle3Drafter, target_model, sequences: Sequence[torch.Tensor], steps: int = 200,
-                lr: float = 1e-2, seed: int = 0, hard: bool = True) -> Eagle3Drafter:
+def fit_drafter(
+    drafter: Eagle3Drafter,
+    target_model,
+    sequences: Sequence[torch.Tensor],
+    steps: int = 200,
+    lr: float = 1e-2,
+    seed: int = 0,
+    hard: bool = True,
+) -> Eagle3Drafter:
     """Return a copy of ``drafter`` trained for ``steps`` Adam steps on ``sequences`` (1-D token tensors)."""
     pool = DrafterPool([drafter], target_model)
     tgt = TargetModel(target_model, pool.capture_ids)
@@ -36,8 +43,9 @@ def fit_drafter(drafter: Eagle3Drafter, target_model, sequences: Sequence[torch.
         t = toks.shape[0]
         cos, sin = pool.rope(torch.arange(t))
         emb = tgt.embed(toks)[None].detach()
-        logits, _, _, _ = stacked_forward(w, pool.eps, pool.n_heads, pool.n_kv, emb, hid, True, cos, sin, None, None,
-                                          None)
+        logits, _, _, _ = stacked_forward(
+            w, pool.eps, pool.n_heads, pool.n_kv, emb, hid, True, cos, sin, None, None, None
+        )
         tq = teacher[:, tids]
         if hard:  # target argmax restricted to the draft vocab
             tq = torch.nn.functional.one_hot(tq.argmax(-1), tq.shape[-1]).float()

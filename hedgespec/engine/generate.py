@@ -63,8 +63,9 @@ def _prompt(input_ids: Any) -> tuple[torch.Tensor, bool]:
     return ids.long().cpu(), batched
 
 
-def _accept_chain(draft: Draft, logits: torch.Tensor, feats: torch.Tensor, p: torch.Tensor | None,
-                  gen: torch.Generator) -> Verified:
+def _accept_chain(
+    draft: Draft, logits: torch.Tensor, feats: torch.Tensor, p: torch.Tensor | None, gen: torch.Generator
+) -> Verified:
     """Chain verdict: greedy prefix match (``p`` None) or Leviathan/Chen rejection against the laws ``draft.q``."""
     if p is None:
         a, bonus = verify_chain_greedy(draft.tokens, logits.argmax(-1).tolist())
@@ -73,8 +74,9 @@ def _accept_chain(draft: Draft, logits: torch.Tensor, feats: torch.Tensor, p: to
     return Verified(a, bonus, list(range(a + 1)), draft.tokens[:a], logits, feats)
 
 
-def _accept_tree(draft: Draft, logits: torch.Tensor, feats: torch.Tensor, p: torch.Tensor | None,
-                 gen: torch.Generator) -> Verified:
+def _accept_tree(
+    draft: Draft, logits: torch.Tensor, feats: torch.Tensor, p: torch.Tensor | None, gen: torch.Generator
+) -> Verified:
     """Tree verdict: greedy walk (``p`` None) or sequential target-only rejection over siblings."""
     tree = draft.tree
     if p is None:
@@ -167,8 +169,9 @@ class SpeculativeEngine:
             ver = self._verify(root, draft, samp)
             clock.lap("verify")
             ev = self._evaluate(root, feat, ver, sampling, log.remaining)
-            self.selector.observe(RoundFeedback(decision, ev.accepted, ev.emitted, log.generated, ev.gamma,
-                                                clock.lap("evaluate")))
+            self.selector.observe(
+                RoundFeedback(decision, ev.accepted, ev.emitted, log.generated, ev.gamma, clock.lap("evaluate"))
+            )
             log.add_round(decision, ev, clock.lap("update"))
             (root, feat), done = ver.next_root(), ev.done
         self.selector.end_request()
@@ -213,16 +216,28 @@ class SpeculativeEngine:
         self.pool.prefill(prompt[1:], feats[:-1], self._emb(prompt[1:])[None])
         return first, feats[-1]
 
-    def _header(self, ctx: RequestContext, sampling: SamplingParams, prompt_len: int, max_new_tokens: int,
-                first: int) -> dict[str, Any]:
+    def _header(
+        self, ctx: RequestContext, sampling: SamplingParams, prompt_len: int, max_new_tokens: int, first: int
+    ) -> dict[str, Any]:
         """The trace header (keys as in trace format v1, :mod:`hedgespec.engine.trace`)."""
         d = self.decoding
         return {
-            "request_id": ctx.request_id, "mode": d.mode, "k": d.num_steps, "topk": d.topk,
-            "num_draft_tokens": d.num_draft_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
-            "top_k": sampling.top_k, "seed": sampling.seed, "n_drafters": self.pool.n, "drafters": self.pool.names,
-            "selector": getattr(self.selector, "name", "?"), "prompt_len": prompt_len,
-            "max_new_tokens": max_new_tokens, "prefill_token": first, "full_counterfactual": self.full_counterfactual,
+            "request_id": ctx.request_id,
+            "mode": d.mode,
+            "k": d.num_steps,
+            "topk": d.topk,
+            "num_draft_tokens": d.num_draft_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "seed": sampling.seed,
+            "n_drafters": self.pool.n,
+            "drafters": self.pool.names,
+            "selector": getattr(self.selector, "name", "?"),
+            "prompt_len": prompt_len,
+            "max_new_tokens": max_new_tokens,
+            "prefill_token": first,
+            "full_counterfactual": self.full_counterfactual,
         }
 
     # ------------------------------------------------------------------------- round stages
@@ -233,8 +248,9 @@ class SpeculativeEngine:
         dec: Decision = self.selector.select()
         i = int(dec.drafter)
         if not 0 <= i < self.pool.n:
-            raise ValueError(f"selector {getattr(self.selector, 'name', self.selector)!r} chose drafter {i}, "
-                             f"pool has {self.pool.n}")
+            raise ValueError(
+                f"selector {getattr(self.selector, 'name', self.selector)!r} chose drafter {i}, pool has {self.pool.n}"
+            )
         return dec
 
     def _draft(self, i: int, root: int, feat: torch.Tensor, samp: SamplingState) -> Draft:
@@ -264,8 +280,9 @@ class SpeculativeEngine:
         self.target.commit(ver.rows)
         return ver
 
-    def _evaluate(self, root: int, feat: torch.Tensor, ver: Verified, sampling: SamplingParams,
-                  remaining: int) -> Evaluated:
+    def _evaluate(
+        self, root: int, feat: torch.Tensor, ver: Verified, sampling: SamplingParams, remaining: int
+    ) -> Evaluated:
         """Cut the round at the budget / EOS, append the emitted rows to every head (one batched pass), read γ."""
         tokens, done = self._emitted(ver, remaining)
         e = len(tokens)
@@ -320,8 +337,14 @@ class SpeculativeEngine:
                 d[live] = draft_chain_all(pool, live, root, feat, self._emb, self.k, base + j)
                 res.append(d)
             else:
-                res.append([draft_tree(pool, h, root, feat, self._emb, self.decoding, upto=base + j)
-                            if pool.alive[h] else None for h in range(pool.n)])
+                res.append(
+                    [
+                        draft_tree(pool, h, root, feat, self._emb, self.decoding, upto=base + j)
+                        if pool.alive[h]
+                        else None
+                        for h in range(pool.n)
+                    ]
+                )
         return res
 
     def _runs(self, cf: list[Any], tokens: list[int]) -> list[list[int]]:

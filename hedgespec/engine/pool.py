@@ -230,5 +230,6 @@ class DrafterPool:
         """Mark head ``i`` dead for the rest of the request (its γ reads 0, it drafts nothing)."""
         if self.alive[i]:
             self.alive[i] = False
-            warnings.warn(f"drafter {self.names[i]!r} {why}; dropped from the pool for this request", RuntimeWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"drafter {self.names[i]!r} {why}; dropped from the pool for this request", RuntimeWarning, stacklevel=3
+            )

@@ -175,8 +175,17 @@ class RequestLog:
         for key, val in laps.items():
             self.timings[key] += val
         weights = None if decision.weights is None else list(decision.weights)
-        tr.rounds.append({"r": st.rounds, "start": self.generated, "chosen": chosen, "accepted": ev.accepted,
-                          "emitted": ev.emitted, "weights": weights, "timings": laps})
+        tr.rounds.append(
+            {
+                "r": st.rounds,
+                "start": self.generated,
+                "chosen": chosen,
+                "accepted": ev.accepted,
+                "emitted": ev.emitted,
+                "weights": weights,
+                "timings": laps,
+            }
+        )
         st.rounds += 1
         st.accepted_per_round.append(ev.accepted)
         st.chosen.append(chosen)
@@ -184,12 +193,18 @@ class RequestLog:
         tr.gamma.extend(ev.gamma.tolist())
         self.counterfactual.extend(ev.counterfactual)
 
-    def finish(self, selector_state: dict[str, Any], n_drafters: int, dropped: list[str],
-               runs: list[list[int]] | None) -> RequestStats:
+    def finish(
+        self, selector_state: dict[str, Any], n_drafters: int, dropped: list[str], runs: list[list[int]] | None
+    ) -> RequestStats:
         """Close the request: final stats, the trace's counterfactual ``runs`` (or None) and its summary."""
         st = self.stats
         st.generated, st.timings, st.selector_state = self.generated, self.timings, selector_state
         self.trace.runs = runs
-        self.trace.summary = {"rounds": st.rounds, "generated": st.generated, "mat": st.mat,
-                              "histogram": st.histogram(n_drafters), "dropped": dropped}
+        self.trace.summary = {
+            "rounds": st.rounds,
+            "generated": st.generated,
+            "mat": st.mat,
+            "histogram": st.histogram(n_drafters),
+            "dropped": dropped,
+        }
         return st

@@ -63,7 +63,9 @@ class TargetModel:
         return self.embed_tokens(ids.to(self.device)).float()
 
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, depth: torch.Tensor | None = None, tree_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, tokens: torch.Tensor, depth: torch.Tensor | None = None, tree_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Run new rows after the committed prefix; they are appended to the cache *uncommitted*.
 
         Args:

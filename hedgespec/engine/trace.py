@@ -50,8 +50,9 @@ class RequestTrace:
     summary: dict[str, Any] = field(default_factory=dict)
 
     def lines(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = [{"type": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION,
-                                      **self.header}]
+        out: list[dict[str, Any]] = [
+            {"type": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION, **self.header}
+        ]
         for u, (tok, g) in enumerate(zip(self.tokens, self.gamma)):
             runs = None if self.runs is None else self.runs[u]
             out.append({"type": "position", "u": u, "token": tok, "gamma": g, "runs": runs})

@@ -104,8 +104,9 @@ class _TreeDraft:
     def n_rows(self) -> int:
         return 0 if self.ek is None else int(self.ek.shape[2])
 
-    def forward(self, tokens: list[int], hidden: torch.Tensor, from_target: bool, depths: list[int],
-                parents_local: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, tokens: list[int], hidden: torch.Tensor, from_target: bool, depths: list[int], parents_local: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the head over new draft-local rows (tree-masked); returns log-probs [T, V_d] and outputs."""
         n_prev, t = self.n_rows, len(tokens)
         local = torch.zeros(t, n_prev + t, dtype=torch.bool)
@@ -142,13 +143,22 @@ class _TreeDraft:
         """Expand the frontier (one head forward); returns the k best new candidates (the next frontier)."""
         hid = torch.cat([self.hidden_of[c] for c in frontier], dim=1)
         base = self.n_rows
-        logp, out = self.forward([self.tok[c] for c in frontier], hid, False, [self.depth[c] for c in frontier],
-                                 [self.row_of_parent[c] for c in frontier])
+        logp, out = self.forward(
+            [self.tok[c] for c in frontier],
+            hid,
+            False,
+            [self.depth[c] for c in frontier],
+            [self.row_of_parent[c] for c in frontier],
+        )
         top = torch.topk(logp, self.kk, dim=-1)
         scores = torch.tensor([self.score[c] for c in frontier])[:, None] + top.values
-        new_ids = [self._add(int(top.indices[fi, j]), c, float(scores[fi, j]), self.depth[c] + 1, out[:, fi : fi + 1],
-                             base + fi)
-                   for fi, c in enumerate(frontier) for j in range(self.kk)]
+        new_ids = [
+            self._add(
+                int(top.indices[fi, j]), c, float(scores[fi, j]), self.depth[c] + 1, out[:, fi : fi + 1], base + fi
+            )
+            for fi, c in enumerate(frontier)
+            for j in range(self.kk)
+        ]
         return sorted(new_ids, key=lambda c: -self.score[c])[: self.topk]
 
     def keep(self, root: int, num_draft_tokens: int) -> DraftTree:
@@ -177,8 +187,9 @@ class _TreeDraft:
 
 
 @torch.no_grad()
-def draft_tree(pool: DrafterPool, i: int, root: int, feat: torch.Tensor, emb_fn, decoding: DecodingConfig,
-               upto: int | None = None) -> DraftTree:
+def draft_tree(
+    pool: DrafterPool, i: int, root: int, feat: torch.Tensor, emb_fn, decoding: DecodingConfig, upto: int | None = None
+) -> DraftTree:
     """EAGLE dynamic tree from head ``i`` (module docstring); scores use log-softmax of the draft logits.
 
     ``upto``: draft from a round start with that many committed rows (the full-counterfactual trace).

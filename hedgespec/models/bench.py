@@ -1,7 +1,7 @@
 """Time a target: conversion/load and greedy decoding speed (plain ``transformers.generate``, no speculation).
 
-    python -m hedgespec.models.bench                       # smollm2, torch's default thread count
-    python -m hedgespec.models.bench --target tiny --threads 1 --new 64
+python -m hedgespec.models.bench                       # smollm2, torch's default thread count
+python -m hedgespec.models.bench --target tiny --threads 1 --new 64
 """
 
 from __future__ import annotations
@@ -34,17 +34,20 @@ def main(argv: list[str] | None = None) -> None:
     t1 = time.perf_counter()
     model, tok = load_target(spec)
     t2 = time.perf_counter()
-    print(f"target={spec.name} convert-or-cache-hit={t1 - t0:.2f}s load={t2 - t1:.2f}s "
-          f"fingerprint={target_fingerprint(model)[:23]}…")
+    print(
+        f"target={spec.name} convert-or-cache-hit={t1 - t0:.2f}s load={t2 - t1:.2f}s "
+        f"fingerprint={target_fingerprint(model)[:23]}…"
+    )
     for q in PROMPTS:
-        enc = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, return_tensors="pt",
-                                      return_dict=True)
+        enc = tok.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         with torch.no_grad():
             t3 = time.perf_counter()
             out = model.generate(**enc, max_new_tokens=args.new, do_sample=False)
             dt = time.perf_counter() - t3
         n = out.shape[1] - enc["input_ids"].shape[1]
-        text = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        text = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         print(f"{q!r} -> {text[:100]!r}")
         print(f"  greedy: {n} new tokens in {dt:.2f}s = {n / dt:.1f} tok/s (threads={torch.get_num_threads()})")
 

@@ -9,7 +9,7 @@ from .smollm2 import convert_smollm2, load_smollm2
 from .spec import TargetSpec, resolve_target
 
 
-def load_target(name_or_cfg: "str | TargetSpec | dict[str, Any] | Any", **overrides: Any) -> tuple[Any, Any]:
+def load_target(name_or_cfg: str | TargetSpec | dict[str, Any] | Any, **overrides: Any) -> tuple[Any, Any]:
     """Load a target model and its tokenizer.
 
     Args:
@@ -61,7 +61,7 @@ def _load_hf(spec: TargetSpec) -> tuple[Any, Any]:
     return model, tok
 
 
-def load_tokenizer(name_or_cfg: "str | TargetSpec | dict[str, Any] | Any") -> Any:
+def load_tokenizer(name_or_cfg: str | TargetSpec | dict[str, Any] | Any) -> Any:
     """Only the target's tokenizer (cheap: no weights for ``tiny``; ``smollm2``: the cached conversion's tokenizer)."""
     spec = resolve_target(name_or_cfg)
     if spec.kind == "tiny":

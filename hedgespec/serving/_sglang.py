@@ -7,10 +7,10 @@ from types import ModuleType
 
 SGLANG_VERSION = "0.5.23"
 INSTALL_HINT = (
-    "hedgespec serving needs sglang=={v}. Install it with `bash scripts/install.d/40-serve.sh` "
+    f"hedgespec serving needs sglang=={SGLANG_VERSION}. Install it with `bash scripts/install.d/40-serve.sh` "
     "(CPU: sglang --no-deps plus its pinned CPU-usable dependencies; see docs/serving.md), "
-    "or on a CUDA machine `pip install sglang=={v}`."
-).format(v=SGLANG_VERSION)
+    f"or on a CUDA machine `pip install sglang=={SGLANG_VERSION}`."
+)
 
 
 def require_sglang() -> ModuleType:

@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -79,8 +80,10 @@ def _plain(obj: Any) -> Any:
 def _drafter_config(path: Path, name: str) -> dict[str, Any]:
     cfg_path = path / "config.json"
     if not cfg_path.is_file():
-        raise ValueError(f"drafter {name!r}: path {path} has no config.json (missing drafter checkpoint); "
-                         "train it with `python train/run.py` or fix the pool manifest")
+        raise ValueError(
+            f"drafter {name!r}: path {path} has no config.json (missing drafter checkpoint); "
+            "train it with `python train/run.py` or fix the pool manifest"
+        )
     return json.loads(cfg_path.read_text())
 
 
@@ -100,21 +103,29 @@ def check_drafters(target_cfg: dict[str, Any] | None, drafters: list[tuple[str, 
         if target_cfg is not None:
             hidden = dcfg.get("target_hidden_size", dcfg.get("hidden_size"))
             if hidden != target_cfg.get("hidden_size"):
-                raise ValueError(f"drafter {name!r} ({path}) is for another target: hidden size {hidden}, "
-                                 f"target has {target_cfg.get('hidden_size')}")
+                raise ValueError(
+                    f"drafter {name!r} ({path}) is for another target: hidden size {hidden}, "
+                    f"target has {target_cfg.get('hidden_size')}"
+                )
             if dcfg.get("vocab_size") != target_cfg.get("vocab_size"):
-                raise ValueError(f"drafter {name!r} ({path}) is for another target: vocab_size "
-                                 f"{dcfg.get('vocab_size')}, target has {target_cfg.get('vocab_size')}")
+                raise ValueError(
+                    f"drafter {name!r} ({path}) is for another target: vocab_size "
+                    f"{dcfg.get('vocab_size')}, target has {target_cfg.get('vocab_size')}"
+                )
             layers = int(target_cfg.get("num_hidden_layers", 0))
             ids = _aux_ids(dcfg)
             if ids is not None and layers and (len(set(ids)) != len(ids) or not all(0 <= i < layers - 1 for i in ids)):
-                raise ValueError(f"drafter {name!r}: aux layer ids {list(ids)} cannot be captured by SGLang from a "
-                                 f"{layers}-layer target (need distinct ids in [0, {layers - 2}])")
+                raise ValueError(
+                    f"drafter {name!r}: aux layer ids {list(ids)} cannot be captured by SGLang from a "
+                    f"{layers}-layer target (need distinct ids in [0, {layers - 2}])"
+                )
         seen.setdefault(_aux_ids(dcfg), name)
     if len(seen) > 1:
         detail = ", ".join(f"{n!r}: {list(i) if i is not None else 'default'}" for i, n in seen.items())
-        raise ValueError(f"drafters use different aux layer ids ({detail}); SGLang captures one set of target "
-                         "layers per server, so a pool must share eagle_aux_hidden_state_layer_ids")
+        raise ValueError(
+            f"drafters use different aux layer ids ({detail}); SGLang captures one set of target "
+            "layers per server, so a pool must share eagle_aux_hidden_state_layer_ids"
+        )
 
 
 def _local_target_config(target_path: str) -> dict[str, Any] | None:
@@ -134,8 +145,10 @@ def resolve_pool(pool: Any, workdir: str | Path) -> tuple[str, str, list[tuple[s
         man = load_pool(manifest, target=None, check_files=False)
         target_name = str(_get(pool, "target", man.target.name))
         if man.target.name != target_name:
-            raise ValueError(f"pool {name!r}: manifest {manifest} was trained for target {man.target.name!r}, "
-                             f"but this pool config serves target {target_name!r} (pool for another target)")
+            raise ValueError(
+                f"pool {name!r}: manifest {manifest} was trained for target {man.target.name!r}, "
+                f"but this pool config serves target {target_name!r} (pool for another target)"
+            )
         target_path = _get(pool, "target_path")
         if not target_path:
             raise ValueError(f"pool {name!r}: set target_path (HF id or local dir of {target_name!r})")
@@ -149,7 +162,9 @@ def resolve_pool(pool: Any, workdir: str | Path) -> tuple[str, str, list[tuple[s
     return "tiny", *_materialise_tiny(name, entries, workdir)
 
 
-def _materialise_tiny(name: str, entries: list[dict[str, Any]], workdir: str | Path) -> tuple[str, list[tuple[str, Path]]]:
+def _materialise_tiny(
+    name: str, entries: list[dict[str, Any]], workdir: str | Path
+) -> tuple[str, list[tuple[str, Path]]]:
     from hedgespec.serving.tiny import make_drafter, make_target  # torch: only for the in-place tiny pool
 
     root = Path(workdir) / f"pool-{name}"
@@ -185,8 +200,10 @@ def _selector_plan(cfg: Any) -> _SelectorPlan:
     name, label = str(sel.get("name")), str(sel.get("label") or sel.get("name"))
     stock = label == "eagle"
     if not stock and name not in SELECTORS:
-        raise ValueError(f"unknown selector {name!r}; expected one of {sorted(SELECTORS)} or 'eagle' "
-                         "(stock SGLang EAGLE-3 with the pool's generalist)")
+        raise ValueError(
+            f"unknown selector {name!r}; expected one of {sorted(SELECTORS)} or 'eagle' "
+            "(stock SGLang EAGLE-3 with the pool's generalist)"
+        )
     kwargs = {k: v for k, v in sel.items() if k not in SELECTOR_META_KEYS}
     drafter = None if sel.get("drafter") is None else str(sel["drafter"])
     return _SelectorPlan(name, label, stock, kwargs, drafter)
@@ -209,10 +226,17 @@ def _served_drafters(cfg: Any, sel: _SelectorPlan, names: list[str], paths: list
 
 def _server_args(cfg: Any, dec: DecodingConfig, device: str) -> list[str]:
     """Every speculative and sizing flag explicit (``decoding`` group → ``--speculative-*``)."""
-    argv = ["--speculative-num-steps", str(dec.num_steps), "--speculative-eagle-topk", str(dec.topk),
-            "--speculative-num-draft-tokens", str(dec.num_draft_tokens),
-            "--max-running-requests", str(int(_get(cfg, "max_running_requests", 16))),
-            "--disable-overlap-schedule"]
+    argv = [
+        "--speculative-num-steps",
+        str(dec.num_steps),
+        "--speculative-eagle-topk",
+        str(dec.topk),
+        "--speculative-num-draft-tokens",
+        str(dec.num_draft_tokens),
+        "--max-running-requests",
+        str(int(_get(cfg, "max_running_requests", 16))),
+        "--disable-overlap-schedule",
+    ]
     max_total = _get(cfg, "max_total_tokens") or (CPU_DEFAULT_MAX_TOTAL_TOKENS if device == "cpu" else None)
     if max_total:
         argv += ["--max-total-tokens", str(int(max_total))]
@@ -228,8 +252,9 @@ def _server_args(cfg: Any, dec: DecodingConfig, device: str) -> list[str]:
 def _server_env(sel: _SelectorPlan, names: list[str], paths: list[str], device: str) -> dict[str, str]:
     env: dict[str, str] = {}
     if not sel.stock:
-        env["HEDGESPEC_CONFIG"] = json.dumps({"drafters": paths, "names": names, "selector": sel.name,
-                                              "selector_kwargs": sel.kwargs})
+        env["HEDGESPEC_CONFIG"] = json.dumps(
+            {"drafters": paths, "names": names, "selector": sel.name, "selector_kwargs": sel.kwargs}
+        )
         env["SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"] = "1"  # all-row draft logits exist on the eager path only
     if device == "cpu":
         cpu = cpu_environment({})
@@ -251,9 +276,31 @@ def build_plan(cfg: Any, python: str | None = None) -> ServePlan:
     names, paths = _served_drafters(cfg, sel, [n for n, _ in drafters], [str(Path(p).resolve()) for _, p in drafters])
     host, port = str(_get(cfg, "host", "127.0.0.1")), int(_get(cfg, "port", 30000))
     algorithm = "EAGLE3" if sel.stock else "HEDGESPEC"
-    argv = [python or sys.executable, "-m", "hedgespec.serving.server", "--model-path", target_path,
-            "--host", host, "--port", str(port), "--speculative-algorithm", algorithm,
-            "--speculative-draft-model-path", paths[0], *_server_args(cfg, dec, device)]
-    return ServePlan(argv=argv, env=_server_env(sel, names, paths, device), algorithm=algorithm,
-                     target_path=target_path, drafter_names=names, drafter_paths=paths, selector=sel.label,
-                     selector_kwargs=sel.kwargs, host=host, port=port)
+    argv = [
+        python or sys.executable,
+        "-m",
+        "hedgespec.serving.server",
+        "--model-path",
+        target_path,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--speculative-algorithm",
+        algorithm,
+        "--speculative-draft-model-path",
+        paths[0],
+        *_server_args(cfg, dec, device),
+    ]
+    return ServePlan(
+        argv=argv,
+        env=_server_env(sel, names, paths, device),
+        algorithm=algorithm,
+        target_path=target_path,
+        drafter_names=names,
+        drafter_paths=paths,
+        selector=sel.label,
+        selector_kwargs=sel.kwargs,
+        host=host,
+        port=port,
+    )

@@ -28,7 +28,6 @@ attention sinks, cross-attention).
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
 
 import torch
 
@@ -63,7 +62,7 @@ def _unsupported(op: str, what: str) -> NotImplementedError:
     )
 
 
-def _check_plain_attention(op: str, is_cross: bool, sliding_window: int, sinks: Optional[torch.Tensor]) -> None:
+def _check_plain_attention(op: str, is_cross: bool, sliding_window: int, sinks: torch.Tensor | None) -> None:
     if is_cross:
         raise _unsupported(op, "cross-attention")
     if sliding_window is not None and sliding_window > 0:
@@ -72,8 +71,14 @@ def _check_plain_attention(op: str, is_cross: bool, sliding_window: int, sinks: 
         raise _unsupported(op, "attention sinks")
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: Optional[torch.Tensor],
-            sm_scale: float, logit_cap: float) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    visible: torch.Tensor | None,
+    sm_scale: float,
+    logit_cap: float,
+) -> torch.Tensor:
     """softmax(q kᵀ · scale [capped], masked) v for one sequence, grouped-query heads.
 
     q: [Tq, H, D], k: [Tk, Hkv, D], v: [Tk, Hkv, Dv], visible: [Tq, Tk] bool or None. Returns [Tq, H, Dv] fp32.
@@ -92,11 +97,25 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: Optional
 
 
 def decode_attention(
-    q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, key_scale: float, value_scale: float,
-    o: torch.Tensor, k: Optional[torch.Tensor], v: Optional[torch.Tensor], loc: Optional[torch.Tensor],
-    attn_logits: torch.Tensor, req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
-    seq_lens: torch.Tensor, sm_scale: float, logit_cap: float, is_cross: bool, sliding_window: int,
-    encoder_lens: Optional[torch.Tensor], sinks: Optional[torch.Tensor],
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    key_scale: float,
+    value_scale: float,
+    o: torch.Tensor,
+    k: torch.Tensor | None,
+    v: torch.Tensor | None,
+    loc: torch.Tensor | None,
+    attn_logits: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+    is_cross: bool,
+    sliding_window: int,
+    encoder_lens: torch.Tensor | None,
+    sinks: torch.Tensor | None,
 ) -> None:
     """One query token per sequence (``decode_attention_cpu``).
 
@@ -116,12 +135,27 @@ def decode_attention(
 
 
 def extend_attention(
-    q_extend: torch.Tensor, k_extend: Optional[torch.Tensor], v_extend: Optional[torch.Tensor],
-    o_extend: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, key_scale: float,
-    value_scale: float, req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-    extend_seq_lens: torch.Tensor, extend_start_loc: torch.Tensor, max_len_extend: Optional[int],
-    sm_scale: float, logit_cap: float, is_cross: bool, sliding_window: int,
-    encoder_lens: Optional[torch.Tensor], sinks: Optional[torch.Tensor], tree_mask: Optional[torch.Tensor],
+    q_extend: torch.Tensor,
+    k_extend: torch.Tensor | None,
+    v_extend: torch.Tensor | None,
+    o_extend: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    key_scale: float,
+    value_scale: float,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    max_len_extend: int | None,
+    sm_scale: float,
+    logit_cap: float,
+    is_cross: bool,
+    sliding_window: int,
+    encoder_lens: torch.Tensor | None,
+    sinks: torch.Tensor | None,
+    tree_mask: torch.Tensor | None,
     is_causal: bool,
 ) -> None:
     """Prefill/extend and target-verify attention (``extend_attention_cpu``).
@@ -150,16 +184,23 @@ def extend_attention(
         else:
             inner = torch.ones(ext, ext, dtype=torch.bool)
         visible = torch.cat([torch.ones(ext, prefix, dtype=torch.bool), inner], dim=1)
-        out = _attend(q_extend[start : start + ext], torch.cat([pk, ek]), torch.cat([pv, ev]), visible,
-                      sm_scale, logit_cap)
+        out = _attend(
+            q_extend[start : start + ext], torch.cat([pk, ek]), torch.cat([pv, ev]), visible, sm_scale, logit_cap
+        )
         o_extend[start : start + ext] = out.to(o_extend.dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------
 # speculative bookkeeping (index manipulation; tensors are small)
 # ----------------------------------------------------------------------------------------------------------
-def build_draft_decode_metadata(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
-                                seq_lens: torch.Tensor, topk: int, num_steps: int, pool_len: int) -> torch.Tensor:
+def build_draft_decode_metadata(
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    topk: int,
+    num_steps: int,
+    pool_len: int,
+) -> torch.Tensor:
     """Row ``b·topk + c`` = request b's committed prefix, then candidate c's ``num_steps`` draft slots
     (laid out contiguously at ``seq_len + c·num_steps`` by ``assign_draft_cache_locs_contiguous``)."""
     out = torch.zeros(req_pool_indices.shape[0] * topk, pool_len, dtype=req_to_token.dtype)
@@ -184,10 +225,18 @@ def _parent_slot(sel: list[int], parents: list[int], node: int, topk: int) -> in
 
 
 def build_tree_kernel_efficient(
-    parent_list: torch.Tensor, selected_index: torch.Tensor, verified_seq_len: torch.Tensor,
-    tree_mask: torch.Tensor, positions: torch.Tensor, retrieve_index: torch.Tensor,
-    retrieve_next_token: torch.Tensor, retrieve_next_sibling: torch.Tensor, topk: int, depth: int,
-    draft_token_num: int, tree_mask_mode: int,
+    parent_list: torch.Tensor,
+    selected_index: torch.Tensor,
+    verified_seq_len: torch.Tensor,
+    tree_mask: torch.Tensor,
+    positions: torch.Tensor,
+    retrieve_index: torch.Tensor,
+    retrieve_next_token: torch.Tensor,
+    retrieve_next_sibling: torch.Tensor,
+    topk: int,
+    depth: int,
+    draft_token_num: int,
+    tree_mask_mode: int,
 ) -> None:
     """EAGLE draft tree → verify inputs: retrieval links (first child / next sibling, children linked
     newest-first), per-token positions (depth + committed length) and the ancestor mask
@@ -235,9 +284,14 @@ def build_tree_kernel_efficient(
 
 
 def verify_tree_greedy(
-    predicts: torch.Tensor, accept_index: torch.Tensor, accept_token_num: torch.Tensor,
-    candidates: torch.Tensor, retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
-    retrive_next_sibling: torch.Tensor, target_predict: torch.Tensor,
+    predicts: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_token_num: torch.Tensor,
+    candidates: torch.Tensor,
+    retrive_index: torch.Tensor,
+    retrive_next_token: torch.Tensor,
+    retrive_next_sibling: torch.Tensor,
+    target_predict: torch.Tensor,
 ) -> None:
     """Greedy acceptance along the draft tree: from the root, descend into the child whose draft token
     equals the target's argmax at the current node; stop at the first level with no match.
@@ -266,9 +320,15 @@ def verify_tree_greedy(
         flat_pred[last] = flat_target[last]
 
 
-def assign_draft_cache_locs_contiguous(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
-                                       seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, pool_len: int,
-                                       topk: int, num_steps: int) -> None:
+def assign_draft_cache_locs_contiguous(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    seq_lens: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+    topk: int,
+    num_steps: int,
+) -> None:
     """``out_cache_loc[b·w : (b+1)·w] = req_to_token[rpi[b], seq_lens[b] : + w]`` with w = topk·num_steps."""
     width = topk * num_steps
     for b in range(req_pool_indices.shape[0]):
@@ -276,9 +336,14 @@ def assign_draft_cache_locs_contiguous(req_pool_indices: torch.Tensor, req_to_to
         out_cache_loc[b * width : (b + 1) * width] = req_to_token[int(req_pool_indices[b]), sl : sl + width]
 
 
-def assign_extend_cache_locs(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
-                             start_offset: torch.Tensor, end_offset: torch.Tensor, out_cache_loc: torch.Tensor,
-                             pool_len: int) -> None:
+def assign_extend_cache_locs(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    start_offset: torch.Tensor,
+    end_offset: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+) -> None:
     """Concatenate ``req_to_token[rpi[b], start[b]:end[b]]`` over b into ``out_cache_loc``."""
     pos = 0
     for b in range(req_pool_indices.shape[0]):
@@ -287,9 +352,14 @@ def assign_extend_cache_locs(req_pool_indices: torch.Tensor, req_to_token: torch
         pos += e - s
 
 
-def assign_req_to_token_pool(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
-                             start_offset: torch.Tensor, end_offset: torch.Tensor, out_cache_loc: torch.Tensor,
-                             pool_len: int) -> None:
+def assign_req_to_token_pool(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    start_offset: torch.Tensor,
+    end_offset: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+) -> None:
     """Inverse of :func:`assign_extend_cache_locs`: scatter ``out_cache_loc`` into the request rows."""
     pos = 0
     for b in range(req_pool_indices.shape[0]):
@@ -298,24 +368,30 @@ def assign_req_to_token_pool(req_pool_indices: torch.Tensor, req_to_token: torch
         pos += e - s
 
 
-def fill_bonus_tokens(accept_tokens: torch.Tensor, accept_lens: torch.Tensor, bonus_tokens: torch.Tensor,
-                      accept_stride: int) -> None:
+def fill_bonus_tokens(
+    accept_tokens: torch.Tensor, accept_lens: torch.Tensor, bonus_tokens: torch.Tensor, accept_stride: int
+) -> None:
     """``bonus_tokens[b] = accept_tokens.flat[b·stride + accept_lens[b] − 1]`` (the last accepted token)."""
     flat = accept_tokens.reshape(-1)
     for b in range(accept_lens.shape[0]):
         bonus_tokens[b] = flat[b * accept_stride + int(accept_lens[b]) - 1]
 
 
-def fill_accept_out_cache_loc(accept_index: torch.Tensor, out_cache_loc: torch.Tensor,
-                              accept_out_cache_loc: torch.Tensor, size: Optional[int] = None) -> None:
+def fill_accept_out_cache_loc(
+    accept_index: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    accept_out_cache_loc: torch.Tensor,
+    size: int | None = None,
+) -> None:
     """Compact ``out_cache_loc[accept_index]`` over the non-negative entries, in order."""
     idx = accept_index.reshape(-1)[: size if size is not None else accept_index.numel()].long()
     kept = idx[idx >= 0]
     accept_out_cache_loc[: kept.numel()] = out_cache_loc[kept]
 
 
-def copy_all_layer_kv_cache(data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_loc: torch.Tensor,
-                            src_loc: torch.Tensor) -> None:
+def copy_all_layer_kv_cache(
+    data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_loc: torch.Tensor, src_loc: torch.Tensor
+) -> None:
     """For every buffer (raw base pointer, row stride in bytes) copy row ``src_loc[j]`` to ``tgt_loc[j]``.
 
     Reads every source row before writing any target row, so overlapping moves are safe. The buffers are
@@ -326,8 +402,13 @@ def copy_all_layer_kv_cache(data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_
             ctypes.memmove(base + int(t) * stride, data, stride)
 
 
-def rotate_input_ids(input_ids: torch.Tensor, extend_start_loc: torch.Tensor, extend_seq_lens: torch.Tensor,
-                     topk_index: torch.Tensor, select_index: Optional[torch.Tensor] = None) -> None:
+def rotate_input_ids(
+    input_ids: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    topk_index: torch.Tensor,
+    select_index: torch.Tensor | None = None,
+) -> None:
     """Shift each request's extend segment left by one and write its new token at the end (or at
     ``select_index[b]``), in place."""
     for b in range(extend_seq_lens.shape[0]):

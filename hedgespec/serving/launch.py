@@ -16,12 +16,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from hedgespec.serving.argv import ServePlan, build_plan
 
 
-def merged_env(plan: ServePlan, base: Optional[dict[str, str]] = None) -> dict[str, str]:
+def merged_env(plan: ServePlan, base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: this process's environment) plus the plan's variables; PYTHONPATH is prepended."""
     env = dict(os.environ if base is None else base)
     for k, v in plan.env.items():
@@ -35,22 +35,30 @@ def merged_env(plan: ServePlan, base: Optional[dict[str, str]] = None) -> dict[s
 class ServerProcess:
     """A running server: ``with ServerProcess(plan, log_path) as srv: ...`` (always stopped on exit)."""
 
-    def __init__(self, plan: ServePlan, log_path: str | os.PathLike[str] | None = None,
-                 startup_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, plan: ServePlan, log_path: str | os.PathLike[str] | None = None, startup_timeout_s: float = 600.0
+    ) -> None:
         self.plan, self.startup_timeout_s = plan, startup_timeout_s
         self.log_path = Path(log_path) if log_path else None
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
         self._log = None
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         if port_in_use(self.plan.host, self.plan.port):
-            raise RuntimeError(f"{self.plan.host}:{self.plan.port} is already in use (another server?); pick another "
-                               "port, e.g. port=30001")
+            raise RuntimeError(
+                f"{self.plan.host}:{self.plan.port} is already in use (another server?); pick another "
+                "port, e.g. port=30001"
+            )
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.plan.argv, env=merged_env(self.plan), stdout=self._log or None,
-                                     stderr=subprocess.STDOUT if self._log else None, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.plan.argv,
+            env=merged_env(self.plan),
+            stdout=self._log or None,
+            stderr=subprocess.STDOUT if self._log else None,
+            start_new_session=True,
+        )
         try:
             self.wait_ready()
         except BaseException:  # startup failure, timeout or Ctrl-C: never leave a half-started server behind
@@ -63,8 +71,10 @@ class ServerProcess:
         url = self.plan.base_url + "/health_generate"
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"SGLang server exited with code {self.proc.returncode} during startup"
-                                   + (f"; see {self.log_path}" if self.log_path else ""))
+                raise RuntimeError(
+                    f"SGLang server exited with code {self.proc.returncode} during startup"
+                    + (f"; see {self.log_path}" if self.log_path else "")
+                )
             try:
                 with urllib.request.urlopen(url, timeout=30) as r:
                     if r.status == 200:
@@ -73,8 +83,10 @@ class ServerProcess:
                 pass
             time.sleep(1.0)
         self.stop()
-        raise TimeoutError(f"SGLang server not healthy after {self.startup_timeout_s:.0f} s"
-                           + (f"; see {self.log_path}" if self.log_path else ""))
+        raise TimeoutError(
+            f"SGLang server not healthy after {self.startup_timeout_s:.0f} s"
+            + (f"; see {self.log_path}" if self.log_path else "")
+        )
 
     def stop(self, timeout_s: float = 30.0) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -91,7 +103,7 @@ class ServerProcess:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -124,8 +136,11 @@ def serve(cfg: Any) -> ServePlan:
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
     with srv:
-        print(f"OpenAI-compatible base URL: {plan.openai_base_url}  (model: {plan.target_path}, "
-              f"algorithm {plan.algorithm}, selector {plan.selector}, drafters {plan.drafter_names})", flush=True)
+        print(
+            f"OpenAI-compatible base URL: {plan.openai_base_url}  (model: {plan.target_path}, "
+            f"algorithm {plan.algorithm}, selector {plan.selector}, drafters {plan.drafter_names})",
+            flush=True,
+        )
         try:
             srv.proc.wait()
         except KeyboardInterrupt:

@@ -54,8 +54,12 @@ def _count_all_draft_pools(config: Any, *args: Any, **kwargs: Any) -> Any:
     spec_algorithm = kwargs.get("spec_algorithm")
     is_draft_worker = kwargs.get("is_draft_worker", False)
     n = _n_drafters()
-    if (n > 1 and not is_draft_worker and getattr(spec_algorithm, "name", None) == ALGORITHM
-            and getattr(config, "eagle_draft_num_layers", None)):
+    if (
+        n > 1
+        and not is_draft_worker
+        and getattr(spec_algorithm, "name", None) == ALGORITHM
+        and getattr(config, "eagle_draft_num_layers", None)
+    ):
         config.eagle_draft_num_layers = int(config.eagle_draft_num_layers) * n
     return config
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from hedgespec.serving._sglang import require_sglang
 from hedgespec.serving.plugin import register  # importing the plugin does not import sglang

@@ -38,8 +38,13 @@ def make_target(path: str | os.PathLike[str], seed: int = 0, num_layers: int = 4
     return path
 
 
-def make_drafter(path: str | os.PathLike[str], target: str | os.PathLike[str], seed: int = 0, mode: str = "random",
-                 aux_layer_ids: Sequence[int] = (0, 1, 2)) -> Path:
+def make_drafter(
+    path: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    seed: int = 0,
+    mode: str = "random",
+    aux_layer_ids: Sequence[int] = (0, 1, 2),
+) -> Path:
     """Write a random one-layer EAGLE-3 drafter for ``target`` (full draft vocabulary, SGLang format)."""
     check_drafter_mode(mode)
     path = Path(path)

@@ -32,8 +32,9 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import torch
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
@@ -53,8 +54,16 @@ META_KEYS = ("hedgespec_histogram", "hedgespec_weights", "hedgespec_selector", "
 
 # ScheduleBatch fields that draft()/draft-extend rewrite; restored between the per-drafter calls.
 _BATCH_FIELDS = (
-    "spec_info", "input_ids", "out_cache_loc", "prefix_lens", "extend_lens", "extend_num_tokens",
-    "forward_mode", "seq_lens", "seq_lens_cpu", "seq_lens_sum",
+    "spec_info",
+    "input_ids",
+    "out_cache_loc",
+    "prefix_lens",
+    "extend_lens",
+    "extend_num_tokens",
+    "forward_mode",
+    "seq_lens",
+    "seq_lens_cpu",
+    "seq_lens_sum",
 )
 
 
@@ -88,13 +97,15 @@ class HedgeSpecAlgo(CustomSpecAlgo):
     def carries_draft_hidden_states(self) -> bool:
         return True
 
-    def get_platform_worker_cls(self) -> Optional[type]:
+    def get_platform_worker_cls(self) -> type | None:
         return None
 
-    def create_future_map(self, device, req_to_token_pool, needs_cpu_seq_lens: bool = True,
-                          needs_confidence_relay: bool = False):
-        return SpeculativeAlgorithm.create_future_map(self, device, req_to_token_pool, needs_cpu_seq_lens,
-                                                      needs_confidence_relay)
+    def create_future_map(
+        self, device, req_to_token_pool, needs_cpu_seq_lens: bool = True, needs_confidence_relay: bool = False
+    ):
+        return SpeculativeAlgorithm.create_future_map(
+            self, device, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay
+        )
 
     def validate_worker_args(self, server_args: Any) -> None:  # pragma: no cover - documented hook
         return None
@@ -105,12 +116,12 @@ class _RequestState:
     """Per-request selector and drafter states (keyed by SGLang's request id)."""
 
     selector: Any
-    rows: list[Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]  # per drafter: topk_p, topk_index, hidden
+    rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]  # per drafter: topk_p, topk_index, hidden
     next_pred: list[int]  # per drafter: its proposal (target id) for the next committed token
     generated: int = 0
     rounds: int = 0
     histogram: list[int] = field(default_factory=list)
-    weights: Optional[list[float]] = None
+    weights: list[float] | None = None
     last_seen: float = field(default_factory=time.monotonic)
 
 
@@ -176,8 +187,11 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
     def alloc_memory_pool(self, memory_pool_config=None, req_to_token_pool=None, token_to_kv_pool_allocator=None):
         for d in self._drafters:  # one draft KV pool per drafter, all indexed by the shared allocator
-            d.alloc_memory_pool(memory_pool_config=memory_pool_config, req_to_token_pool=req_to_token_pool,
-                                token_to_kv_pool_allocator=token_to_kv_pool_allocator)
+            d.alloc_memory_pool(
+                memory_pool_config=memory_pool_config,
+                req_to_token_pool=req_to_token_pool,
+                token_to_kv_pool_allocator=token_to_kv_pool_allocator,
+            )
         self.req_to_token_pool = req_to_token_pool
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
 
@@ -205,10 +219,13 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         st = self._states.get(req.rid)
         if st is None:
             sel = make_selector(self._selector_name, **self._selector_kwargs)
-            sel.begin_request(self.n_drafters, int(self.speculative_num_steps),
-                              RequestContext(request_id=str(req.rid)))
-            st = _RequestState(selector=sel, rows=[None] * self.n_drafters, next_pred=[-1] * self.n_drafters,
-                               histogram=[0] * self.n_drafters)
+            sel.begin_request(self.n_drafters, int(self.speculative_num_steps), RequestContext(request_id=str(req.rid)))
+            st = _RequestState(
+                selector=sel,
+                rows=[None] * self.n_drafters,
+                next_pred=[-1] * self.n_drafters,
+                histogram=[0] * self.n_drafters,
+            )
             self._states[req.rid] = st
         st.last_seen = time.monotonic()
         return st
@@ -253,9 +270,12 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         return self._decode(batch, on_publish, grammar_barrier, pp_proxy_tensors)
 
     def _prefill(self, batch, on_publish, pp_proxy_tensors):
-        out = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors,
-                                                          capture_hidden_mode=CaptureHiddenMode.FULL,
-                                                          return_kv_loc_plan=True)
+        out = self.target_worker.forward_batch_generation(
+            batch,
+            pp_proxy_tensors=pp_proxy_tensors,
+            capture_hidden_mode=CaptureHiddenMode.FULL,
+            return_kv_loc_plan=True,
+        )
         kv_loc_plan, out.kv_loc_plan = out.kv_loc_plan, None
         out.new_seq_lens = batch.seq_lens
         if on_publish is not None:
@@ -264,8 +284,13 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         for j in range(self.n_drafters):
             _restore(batch, snap)
             with self._active(j) as drafter:
-                ndi = drafter._draft_extend_for_prefill(batch, out.logits_output.hidden_states, out.next_token_ids,
-                                                        out.logits_output.mm_input_embeds, kv_loc_plan=kv_loc_plan)
+                ndi = drafter._draft_extend_for_prefill(
+                    batch,
+                    out.logits_output.hidden_states,
+                    out.next_token_ids,
+                    out.logits_output.mm_input_embeds,
+                    kv_loc_plan=kv_loc_plan,
+                )
             self._store_rows(j, batch.reqs, ndi)
             if j == 0:
                 out.next_draft_input = ndi
@@ -312,8 +337,9 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         committed = out.next_token_ids.to("cpu").view(len(reqs), ndt)
         timings = {"draft": t1 - t0, "verify": t2 - t1, "evaluate": t3 - t2}
         for b, (req, st, dec) in enumerate(zip(reqs, states, decisions)):
-            self._observe(req, st, dec, int(accept_lens[b]), committed[b], first_preds[b], [a[b] for a in argmaxes],
-                          timings)
+            self._observe(
+                req, st, dec, int(accept_lens[b]), committed[b], first_preds[b], [a[b] for a in argmaxes], timings
+            )
         return out
 
     def _compose(self, proposals: dict[int, Any], choices: list[int]) -> Any:
@@ -335,8 +361,17 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         verify_input.draft_probs = probs
         return verify_input
 
-    def _observe(self, req: Any, st: _RequestState, decision: Any, accept_len: int, committed: torch.Tensor,
-                 first_pred: list[int], row_preds: list[torch.Tensor], timings: dict[str, float]) -> None:
+    def _observe(
+        self,
+        req: Any,
+        st: _RequestState,
+        decision: Any,
+        accept_len: int,
+        committed: torch.Tensor,
+        first_pred: list[int],
+        row_preds: list[torch.Tensor],
+        timings: dict[str, float],
+    ) -> None:
         """Build γ for the emitted positions of one request and feed its selector (counterfactual γ, greedy chain case).
 
         Emitted tokens e_0..e_m (m accepted drafts + the bonus). Drafter i proposed e_0 from its state after the
@@ -344,8 +379,14 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         """
         emitted = max(int(accept_len), 1)
         gamma = greedy_gamma(first_pred, [p.tolist() for p in row_preds], committed[:emitted].tolist())
-        fb = RoundFeedback(decision=decision, accepted=emitted - 1, emitted=emitted, start=st.generated,
-                           gamma=gamma, timings=dict(timings))
+        fb = RoundFeedback(
+            decision=decision,
+            accepted=emitted - 1,
+            emitted=emitted,
+            start=st.generated,
+            gamma=gamma,
+            timings=dict(timings),
+        )
         st.selector.observe(fb)
         st.generated += emitted
         st.rounds += 1

@@ -43,8 +43,13 @@ def growth_summary(results: dict[str, Any]) -> dict[str, dict[str, float]]:
         lo = "7" if "7" in by_n and ns[-1] != "7" else ns[0]
         hi = ns[-1]
         a, b = by_n[lo]["avg_regret"], by_n[hi]["avg_regret"]
-        out[label] = {"from_n": int(lo), "to_n": int(hi), "regret_from": a, "regret_to": b,
-                      "growth": b / a if a > 0 else float("inf")}
+        out[label] = {
+            "from_n": int(lo),
+            "to_n": int(hi),
+            "regret_from": a,
+            "regret_to": b,
+            "growth": b / a if a > 0 else float("inf"),
+        }
     return out
 
 
@@ -58,16 +63,23 @@ def run_simulation(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     logger_cfg = dict(cfg.get("logger") or {"name": "none"})
     logger = make_logger(logger_cfg.pop("name", "none"), run_dir, cfg, **logger_cfg)
     sizes = [sim_cfg.n_drafters] if sim_cfg.experiment == "regret" else list(sim_cfg.pool_sizes)
-    bar = tqdm(total=len(sizes) * sim_cfg.n_requests, desc=f"simulate {sim_cfg.experiment}",
-               disable=not cfg.get("progress", True), unit="req")
+    bar = tqdm(
+        total=len(sizes) * sim_cfg.n_requests,
+        desc=f"simulate {sim_cfg.experiment}",
+        disable=not cfg.get("progress", True),
+        unit="req",
+    )
     out = run_experiment(sim_cfg, progress=bar.update)
     bar.close()
     if sim_cfg.experiment == "scaling":
         out["growth"] = growth_summary(out["results"])
     write_json_atomic(out, run_dir / "results.json")
     if sim_cfg.experiment == "regret":
-        png = plot_regret_curves(out["results"], run_dir / "regret.png",
-                                 f"Cumulative regret, N={sim_cfg.n_drafters}, K={sim_cfg.k}, {sim_cfg.mode}")
+        png = plot_regret_curves(
+            out["results"],
+            run_dir / "regret.png",
+            f"Cumulative regret, N={sim_cfg.n_drafters}, K={sim_cfg.k}, {sim_cfg.mode}",
+        )
     else:
         png = plot_scaling(out["results"], run_dir / "scaling.png", f"Scaling with N (K={sim_cfg.k}, {sim_cfg.mode})")
     for label, by_n in out["results"].items():

@@ -66,9 +66,7 @@ def _build(spec: Mapping[str, Any], names: list[str]) -> Selector:
     return make_selector(str(spec["name"]), **kwargs)
 
 
-def run_pool(
-    cfg: SimConfig, n: int, progress: Callable[[int], None] | None = None
-) -> dict[str, dict[str, Any]]:
+def run_pool(cfg: SimConfig, n: int, progress: Callable[[int], None] | None = None) -> dict[str, dict[str, Any]]:
     """Every configured selector on the same request stream with a pool of the first ``n`` drafters."""
     world = make_world(n, vocab=cfg.vocab, seed=cfg.seed)
     names = [d.name for d in world.drafters]

@@ -48,8 +48,9 @@ def validate_specforge(raw: Mapping[str, Any]) -> Any:
     try:
         return Config.model_validate(copy.deepcopy(dict(raw)))
     except Exception as exc:  # pydantic.ValidationError
-        raise ValueError("invalid SpecForge config (conf/train/<budget>.yaml, key 'specforge'):\n"
-                         + _format_validation_error(exc)) from exc
+        raise ValueError(
+            "invalid SpecForge config (conf/train/<budget>.yaml, key 'specforge'):\n" + _format_validation_error(exc)
+        ) from exc
 
 
 def check_budget_block(block: Mapping[str, Any]) -> None:
@@ -111,8 +112,13 @@ def validate_early(block: Mapping[str, Any], tracking: Mapping[str, Any] | None 
     return validate_specforge(raw)
 
 
-def draft_config_dict(target_config: Any, *, draft_vocab_size: int, aux_layer_ids: Sequence[int],
-                      max_position_embeddings: int | None = None) -> dict[str, Any]:
+def draft_config_dict(
+    target_config: Any,
+    *,
+    draft_vocab_size: int,
+    aux_layer_ids: Sequence[int],
+    max_position_embeddings: int | None = None,
+) -> dict[str, Any]:
     """EAGLE-3 draft architecture for a target (``LlamaForCausalLMEagle3``, one decoder layer).
 
     Same width/heads/rope as the target, ``num_hidden_layers=1`` (EAGLE-3 fixes it), untied ``lm_head`` over
@@ -121,10 +127,27 @@ def draft_config_dict(target_config: Any, *, draft_vocab_size: int, aux_layer_id
     """
     text_config = getattr(target_config, "text_config", None) or target_config  # multimodal wrappers
     t = text_config.to_dict() if hasattr(text_config, "to_dict") else dict(text_config)
-    keep = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-            "rms_norm_eps", "rope_theta", "rope_parameters", "rope_scaling", "hidden_act", "vocab_size",
-            "max_position_embeddings", "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id", "pad_token_id",
-            "initializer_range", "pretraining_tp")
+    keep = (
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+        "rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "hidden_act",
+        "vocab_size",
+        "max_position_embeddings",
+        "attention_bias",
+        "mlp_bias",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "initializer_range",
+        "pretraining_tp",
+    )
     d = {k: t[k] for k in keep if k in t and t[k] is not None}
     d.update(
         architectures=["LlamaForCausalLMEagle3"],

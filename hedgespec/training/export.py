@@ -28,14 +28,27 @@ def _refuse_foreign(output_dir: Path) -> None:
         )
 
 
-def export_sglang(checkpoint: Path, draft_config: Path, vocab_mapping: Path, output_dir: Path,
-                  provenance: dict) -> Path:
+def export_sglang(
+    checkpoint: Path, draft_config: Path, vocab_mapping: Path, output_dir: Path, provenance: dict
+) -> Path:
     """Export ``checkpoint`` to ``output_dir`` (replacing an earlier export of ours, never foreign content)."""
     output_dir = Path(output_dir)
     with atomic_dir(output_dir, check_replace=_refuse_foreign) as tmp:
-        rc = specforge_cli_main(["export", "--to", "sglang", "--checkpoint", str(checkpoint),
-                                 "--draft-config", str(draft_config), "--output-dir", str(tmp),
-                                 "--vocab-mapping", str(vocab_mapping)])
+        rc = specforge_cli_main(
+            [
+                "export",
+                "--to",
+                "sglang",
+                "--checkpoint",
+                str(checkpoint),
+                "--draft-config",
+                str(draft_config),
+                "--output-dir",
+                str(tmp),
+                "--vocab-mapping",
+                str(vocab_mapping),
+            ]
+        )
         if rc != 0:
             raise RuntimeError(f"specforge export exited with {rc}")
         check_export(tmp)

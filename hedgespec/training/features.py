@@ -105,8 +105,9 @@ class FeatureSet:
     reused: bool
 
 
-def feature_key(target_hash: str, data_hash: str, aux_layer_ids: Sequence[int], max_length: int,
-                max_samples: int | None, dtype: str) -> str:
+def feature_key(
+    target_hash: str, data_hash: str, aux_layer_ids: Sequence[int], max_length: int, max_samples: int | None, dtype: str
+) -> str:
     """Cache key: target hash + data hash + layer ids + tokenisation/dtype settings + format version."""
     return json_hash(
         {
@@ -152,11 +153,13 @@ def generate_features(
     model.eval()
     try:
         with atomic_dir(out, replace=False) as tmp:  # a concurrent run that finished first keeps its copy
-            n_written, n_tokens, n_loss = _write_records(model, tokenizer, rows, tmp, aux_layer_ids, max_length,
-                                                         getattr(torch, dtype), progress)
+            n_written, n_tokens, n_loss = _write_records(
+                model, tokenizer, rows, tmp, aux_layer_ids, max_length, getattr(torch, dtype), progress
+            )
             if n_written == 0:
-                raise ValueError(f"{data_path}: no conversation has a supervised assistant token within "
-                                 f"max_length={max_length}")
+                raise ValueError(
+                    f"{data_path}: no conversation has a supervised assistant token within max_length={max_length}"
+                )
             manifest = {
                 "format": "specforge-offline-eagle3",
                 "version": FEATURE_FORMAT_VERSION,
@@ -176,9 +179,16 @@ def generate_features(
     return FeatureSet(out, key, n_written, n_tokens, n_loss, reused=False)
 
 
-def _write_records(model: torch.nn.Module, tokenizer: Any, rows: Sequence[dict[str, Any]], out: Path,
-                   aux_layer_ids: Sequence[int], max_length: int, torch_dtype: torch.dtype,
-                   progress: bool) -> tuple[int, int, int]:
+def _write_records(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    rows: Sequence[dict[str, Any]],
+    out: Path,
+    aux_layer_ids: Sequence[int],
+    max_length: int,
+    torch_dtype: torch.dtype,
+    progress: bool,
+) -> tuple[int, int, int]:
     """One ``rows_{g}-{g+N}/data_{i}.ckpt`` per supervised conversation; returns (written, tokens, loss tokens)."""
     backbone = model.get_decoder() if hasattr(model, "get_decoder") else model
     n_tokens = n_loss = n_written = 0

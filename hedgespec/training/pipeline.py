@@ -42,7 +42,10 @@ import torch
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+import data_recipes.build as recipe_build
+import data_recipes.regenerate as recipe_regen  # a module: tests replace its transformers_generator
 import hedgespec.models  # load_target is looked up at call time (tests replace it to prove no work is done)
+from data_recipes.common import EVAL_ONLY_DOMAINS, TRAIN_DOMAINS
 from hedgespec.io import atomic_dir, write_json_atomic
 from hedgespec.models import TargetSpec, cache_dir, resolve_target
 from hedgespec.pools import DrafterEntry, TargetInfo, pool_path, register_drafter
@@ -55,10 +58,6 @@ from hedgespec.training.hashing import file_hash, json_hash
 from hedgespec.training.progress import MetricTee, summarize
 from hedgespec.training.vocab import VocabMapping, build_vocab_mapping
 from hedgespec.training.warmstart import SCRATCH, TARGET_HEAD, build_warm_start, target_head_and_norm
-
-import data_recipes.build as recipe_build
-import data_recipes.regenerate as recipe_regen  # a module: tests replace its transformers_generator
-from data_recipes.common import EVAL_ONLY_DOMAINS, TRAIN_DOMAINS
 
 #: The pool's domains: the data recipes' training domains and ``general`` (the generalist baseline).
 DOMAINS = (*TRAIN_DOMAINS, "general")
@@ -164,9 +163,19 @@ class TrainRun:
         return self.run_dir / "checkpoints"
 
     def result(self) -> TrainResult:
-        return TrainResult(self.drafter, self.domain, self.pool, self.run_dir, self.export_dir, self.manifest,
-                           self.final_step, self.metrics, dict(self.state.data["stages"]), self.timings,
-                           self.specforge.model_dump(mode="json"))
+        return TrainResult(
+            self.drafter,
+            self.domain,
+            self.pool,
+            self.run_dir,
+            self.export_dir,
+            self.manifest,
+            self.final_step,
+            self.metrics,
+            dict(self.state.data["stages"]),
+            self.timings,
+            self.specforge.model_dump(mode="json"),
+        )
 
 
 def train_drafter(cfg: Any) -> TrainResult:
@@ -294,8 +303,9 @@ def resolve_data(cfg: Mapping[str, Any], domain: str, loaded: tuple[Any, Any] | 
     return path, file_hash(manifest) if manifest.is_file() else file_hash(path)
 
 
-def _regenerated(cfg: Mapping[str, Any], domain: str, source: str, domain_dir: Path,
-                 loaded: tuple[Any, Any] | None) -> Path:
+def _regenerated(
+    cfg: Mapping[str, Any], domain: str, source: str, domain_dir: Path, loaded: tuple[Any, Any] | None
+) -> Path:
     """``<domain dir>/regen/train.<target>.jsonl``, first completed with the loaded target when it can be."""
     target = cfg.get("target")
     tname = target.get("name") if isinstance(target, Mapping) else str(target)
@@ -309,21 +319,31 @@ def _regenerated(cfg: Mapping[str, Any], domain: str, source: str, domain_dir: P
         temperature = float(regen.get("temperature", 0.0))
         seed = int(regen.get("seed", 0))
         gen = recipe_regen.transformers_generator(tname, max_new, temperature, seed, loaded=loaded)
-        out = recipe_regen.regenerate(domain_dir, target_name=tname, generator=gen,
-                                      max_examples=int(regen["max_examples"]), max_new_tokens=max_new,
-                                      temperature=temperature, seed=seed, batch_size=int(regen.get("batch_size", 1)),
-                                      progress=bool(cfg.get("progress", True)))
+        out = recipe_regen.regenerate(
+            domain_dir,
+            target_name=tname,
+            generator=gen,
+            max_examples=int(regen["max_examples"]),
+            max_new_tokens=max_new,
+            temperature=temperature,
+            seed=seed,
+            batch_size=int(regen.get("batch_size", 1)),
+            progress=bool(cfg.get("progress", True)),
+        )
     if not out.is_file():
-        raise FileNotFoundError(f"{out} does not exist: run `python scripts/prepare_data.py domain={domain} "
-                                f"source={source} regenerate=true target={tname}` first")
+        raise FileNotFoundError(
+            f"{out} does not exist: run `python scripts/prepare_data.py domain={domain} "
+            f"source={source} regenerate=true target={tname}` first"
+        )
     return out
 
 
 def _build_domain(path: Path, domain: str, source: str, cfg: Mapping[str, Any]) -> Path:
     """Build a missing offline domain on the fly (seconds); a missing ``hf`` build is an error."""
     if source != "offline":
-        raise FileNotFoundError(f"{path} does not exist: run `python scripts/prepare_data.py domain={domain} "
-                                f"source={source}` first")
+        raise FileNotFoundError(
+            f"{path} does not exist: run `python scripts/prepare_data.py domain={domain} source={source}` first"
+        )
     out = recipe_build.prepare_domain(domain, source=source, data_dir=str(cfg.get("data_dir", "data")))
     return Path(out) / "train.jsonl"
 
@@ -362,9 +382,11 @@ def _init_source(train: Mapping[str, Any], pools_dir: Path, pool: str, drafter: 
         raise ValueError(f"train.draft.init={init!r} names the drafter being trained")
     source = pools_dir / pool / init
     if not (source / "model.safetensors").is_file():
-        raise FileNotFoundError(f"train.draft.init={init!r}: drafter {init!r} of pool {pool!r} is not exported "
-                                f"at {source}; train it first (python train/run.py domain={init} "
-                                f"pool={pool} ...) or use train.draft.init=target_head")
+        raise FileNotFoundError(
+            f"train.draft.init={init!r}: drafter {init!r} of pool {pool!r} is not exported "
+            f"at {source}; train it first (python train/run.py domain={init} "
+            f"pool={pool} ...) or use train.draft.init=target_head"
+        )
     return source
 
 
@@ -406,8 +428,9 @@ def setup(cfg: Any) -> TrainRun:
     _own_or_absent(run_dir, RUN_MARKER, "run directory")
     _own_or_absent(export_dir, EXPORT_MARKER, "export directory")
     init_source = _init_source(train, pools_dir, pool, drafter)
-    return TrainRun(cfg, domain, tspec, pool, drafter, run_dir, export_dir, pools_dir, device, tracking,
-                    init_source, t_start)
+    return TrainRun(
+        cfg, domain, tspec, pool, drafter, run_dir, export_dir, pools_dir, device, tracking, init_source, t_start
+    )
 
 
 def plan_only(run: TrainRun) -> TrainResult:
@@ -415,14 +438,30 @@ def plan_only(run: TrainRun) -> TrainResult:
     train = run.train
     aux = train.get("aux_layer_ids") or [1, 2, 3]
     raw = compose_specforge(
-        train.get("specforge") or {}, target_model_path=str(run.target.hf_id or run.target.name),
-        draft_config_path="<derived from the target at run time>", vocab_mapping_path="<derived>",
-        aux_layer_ids=aux, hidden_states_path="<features cache>", output_dir=str(run.ckpt_root),
-        run_id=run.run_id, tracking=run.tracking,
+        train.get("specforge") or {},
+        target_model_path=str(run.target.hf_id or run.target.name),
+        draft_config_path="<derived from the target at run time>",
+        vocab_mapping_path="<derived>",
+        aux_layer_ids=aux,
+        hidden_states_path="<features cache>",
+        output_dir=str(run.ckpt_root),
+        run_id=run.run_id,
+        tracking=run.tracking,
     )
     sf_cfg = validate_specforge(raw)
-    return TrainResult(run.drafter, run.domain, run.pool, run.run_dir, None, None, None, {},
-                       {"plan_only": True}, {}, sf_cfg.model_dump(mode="json"))
+    return TrainResult(
+        run.drafter,
+        run.domain,
+        run.pool,
+        run.run_dir,
+        None,
+        None,
+        None,
+        {},
+        {"plan_only": True},
+        {},
+        sf_cfg.model_dump(mode="json"),
+    )
 
 
 # -- stage 2: target + data + run directory -----------------------------------------------------------------
@@ -438,14 +477,22 @@ def stage_data(run: TrainRun) -> None:
     n_layers, vocab_size = run.target_info.num_layers, run.target_info.vocab_size
     run.aux = [int(i) for i in (run.train.get("aux_layer_ids") or default_aux_layer_ids(n_layers))]
     if len(set(run.aux)) != 3 or not all(0 <= i < n_layers for i in run.aux):
-        raise ValueError(f"aux_layer_ids={run.aux}: EAGLE-3 fuses three distinct layers in [0, {n_layers}) of "
-                         f"target {run.target.name!r}; set train.aux_layer_ids or use a target with more layers")
+        raise ValueError(
+            f"aux_layer_ids={run.aux}: EAGLE-3 fuses three distinct layers in [0, {n_layers}) of "
+            f"target {run.target.name!r}; set train.aux_layer_ids or use a target with more layers"
+        )
     run.draft_vocab = min(int((run.train.get("draft") or {}).get("vocab_size") or vocab_size), vocab_size)
     init = run.init_source
-    run.key = json_hash({"target": run.target_info.hash, "data": run.data_hash, "aux": run.aux,
-                         "draft_vocab": run.draft_vocab,
-                         "train": {k: v for k, v in run.train.items() if k not in ("plan_only", "overwrite")},
-                         "init_source": file_hash(init / "model.safetensors") if init is not None else None})[:20]
+    run.key = json_hash(
+        {
+            "target": run.target_info.hash,
+            "data": run.data_hash,
+            "aux": run.aux,
+            "draft_vocab": run.draft_vocab,
+            "train": {k: v for k, v in run.train.items() if k not in ("plan_only", "overwrite")},
+            "init_source": file_hash(init / "model.safetensors") if init is not None else None,
+        }
+    )[:20]
     _claim_run_dir(run)
 
 
@@ -477,13 +524,28 @@ def stage_features(run: TrainRun) -> None:
     feats_cfg = run.train.get("features") or {}
     with _timed(run, "features"):
         fs = run.features = generate_features(
-            run.model, run.tokenizer, run.data_path, _cache_root(run.cfg) / "features",
-            target_hash=run.target_info.hash, aux_layer_ids=run.aux,
-            max_length=int(feats_cfg.get("max_length", 512)), max_samples=feats_cfg.get("max_samples"),
-            dtype=str(feats_cfg.get("dtype", "bfloat16")), progress=run.progress,
+            run.model,
+            run.tokenizer,
+            run.data_path,
+            _cache_root(run.cfg) / "features",
+            target_hash=run.target_info.hash,
+            aux_layer_ids=run.aux,
+            max_length=int(feats_cfg.get("max_length", 512)),
+            max_samples=feats_cfg.get("max_samples"),
+            dtype=str(feats_cfg.get("dtype", "bfloat16")),
+            progress=run.progress,
         )
-    run.state.mark("features", {"key": fs.key, "path": str(fs.path), "samples": fs.num_samples,
-                                "tokens": fs.num_tokens, "loss_tokens": fs.num_loss_tokens, "reused": fs.reused})
+    run.state.mark(
+        "features",
+        {
+            "key": fs.key,
+            "path": str(fs.path),
+            "samples": fs.num_samples,
+            "tokens": fs.num_tokens,
+            "loss_tokens": fs.num_loss_tokens,
+            "reused": fs.reused,
+        },
+    )
     with _timed(run, "vocab"):
         vm = run.vocab = build_vocab_mapping(fs.path, run.target_info.vocab_size, run.draft_vocab)
     run.state.mark("vocab", {"path": str(vm.path), "hash": vm.hash, "coverage": round(vm.coverage, 6)})
@@ -503,15 +565,19 @@ def stage_train(run: TrainRun) -> None:
             run.final_step, run.metrics = run.latest[1], done.get("metrics", {})
             return
         run.state.clear("train", "export", "register")
-        _, run.metrics = _run_specforge_train(run_yaml, run.run_dir, run.device, max_steps,
-                                              run.latest[1] if run.latest else 0, run.progress)
+        _, run.metrics = _run_specforge_train(
+            run_yaml, run.run_dir, run.device, max_steps, run.latest[1] if run.latest else 0, run.progress
+        )
         run.latest = latest_checkpoint(run.ckpt_root, run.run_id)
         if run.latest is None:
-            raise RuntimeError(f"SpecForge finished without writing a checkpoint under {run.ckpt_root}; "
-                               "set specforge.training.save_interval > 0 in the train budget")
+            raise RuntimeError(
+                f"SpecForge finished without writing a checkpoint under {run.ckpt_root}; "
+                "set specforge.training.save_interval > 0 in the train budget"
+            )
         run.final_step = run.latest[1]
-        run.state.mark("train", {"final_step": run.final_step, "checkpoint": str(run.latest[0]),
-                                 "metrics": run.metrics})
+        run.state.mark(
+            "train", {"final_step": run.final_step, "checkpoint": str(run.latest[0]), "metrics": run.metrics}
+        )
 
 
 def _train_inputs(run: TrainRun) -> None:
@@ -522,8 +588,12 @@ def _train_inputs(run: TrainRun) -> None:
         with atomic_dir(run.head_dir, replace=False) as tmp:  # another run that wrote it first keeps its copy
             save_target_head(run.model, run.tokenizer, tmp, getattr(torch, feat_dtype))
     draft_cfg = run.train.get("draft") or {}
-    dcfg = draft_config_dict(run.model.config, draft_vocab_size=run.draft_vocab, aux_layer_ids=run.aux,
-                             max_position_embeddings=draft_cfg.get("max_position_embeddings"))
+    dcfg = draft_config_dict(
+        run.model.config,
+        draft_vocab_size=run.draft_vocab,
+        aux_layer_ids=run.aux,
+        max_position_embeddings=draft_cfg.get("max_position_embeddings"),
+    )
     run.draft_config_path = _write_json(dcfg, run.run_dir / "draft_config.json")
     run.warm_start = _warm_start(run)
     run.model = None  # free the target before training (SpecForge only reads the head files)
@@ -536,18 +606,32 @@ def _warm_start(run: TrainRun) -> Path | None:
         return None
     head, norm = target_head_and_norm(run.model)
     seed = int(((run.train.get("specforge") or {}).get("training") or {}).get("seed", 0))
-    return build_warm_start(run.run_dir / "warm_start", run.draft_config_path, run.vocab.path, init=init,
-                            target_head=head, target_norm=norm, seed=seed, source_export=run.init_source)
+    return build_warm_start(
+        run.run_dir / "warm_start",
+        run.draft_config_path,
+        run.vocab.path,
+        init=init,
+        target_head=head,
+        target_norm=norm,
+        seed=seed,
+        source_export=run.init_source,
+    )
 
 
 def _write_run_yaml(run: TrainRun) -> Path:
     """Compose SpecForge's config (resuming from the newest checkpoint), validate it, write ``<run>/run.yaml``."""
     run.latest = latest_checkpoint(run.ckpt_root, run.run_id)
     raw = compose_specforge(
-        run.train.get("specforge") or {}, target_model_path=str(run.head_dir),
-        draft_config_path=str(run.draft_config_path), vocab_mapping_path=str(run.vocab.path), aux_layer_ids=run.aux,
-        hidden_states_path=str(run.features.path), output_dir=str(run.ckpt_root), run_id=run.run_id,
-        resume_from=str(run.latest[0]) if run.latest else None, tracking=run.tracking,
+        run.train.get("specforge") or {},
+        target_model_path=str(run.head_dir),
+        draft_config_path=str(run.draft_config_path),
+        vocab_mapping_path=str(run.vocab.path),
+        aux_layer_ids=run.aux,
+        hidden_states_path=str(run.features.path),
+        output_dir=str(run.ckpt_root),
+        run_id=run.run_id,
+        resume_from=str(run.latest[0]) if run.latest else None,
+        tracking=run.tracking,
     )
     raw.setdefault("data", {}).setdefault("cache_dir", str(run.run_dir / "specforge_cache"))
     if run.warm_start is not None and run.latest is None:  # weights-only start of the first segment only
@@ -558,8 +642,9 @@ def _write_run_yaml(run: TrainRun) -> Path:
     return run_yaml
 
 
-def _run_specforge_train(run_yaml: Path, run_dir: Path, device: str, max_steps: int | None, initial: int,
-                         progress: bool) -> tuple[int | None, dict[str, Any]]:
+def _run_specforge_train(
+    run_yaml: Path, run_dir: Path, device: str, max_steps: int | None, initial: int, progress: bool
+) -> tuple[int | None, dict[str, Any]]:
     """``specforge train --config run.yaml`` in this process (CPU adaptations scoped to the call)."""
     dist_env = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
     preset = {k: os.environ[k] for k in dist_env if k in os.environ}
@@ -588,8 +673,13 @@ def stage_export(run: TrainRun) -> None:
         done = run.state.done("export")
         exported = (run.export_dir / "model.safetensors").is_file()
         if not (done and done.get("checkpoint") == str(checkpoint) and exported):
-            export_sglang(checkpoint, run.draft_config_path, run.vocab.path, run.export_dir,
-                          {"run_key": run.key, "checkpoint": str(checkpoint), "target_hash": run.target_info.hash})
+            export_sglang(
+                checkpoint,
+                run.draft_config_path,
+                run.vocab.path,
+                run.export_dir,
+                {"run_key": run.key, "checkpoint": str(checkpoint), "target_hash": run.target_info.hash},
+            )
             run.state.mark("export", {"checkpoint": str(checkpoint), "path": str(run.export_dir)})
 
 
@@ -599,11 +689,21 @@ def stage_register(run: TrainRun) -> None:
     run.manifest = pool_path(run.pools_dir, run.pool)
     vm = run.vocab
     entry = DrafterEntry(
-        name=run.drafter, domain=run.domain, path=f"{run.pool}/{run.drafter}",
-        target_hash=run.target_info.hash, vocab_mapping_hash=vm.hash, draft_vocab_size=run.draft_vocab,
-        aux_layer_ids=tuple(run.aux), data_manifest_hash=run.data_hash,
-        training={"budget": run.train.get("name"), "final_step": run.final_step, "features": run.features.key,
-                  "vocab_coverage": round(vm.coverage, 6), "specforge": run.specforge.model_dump(mode="json")},
+        name=run.drafter,
+        domain=run.domain,
+        path=f"{run.pool}/{run.drafter}",
+        target_hash=run.target_info.hash,
+        vocab_mapping_hash=vm.hash,
+        draft_vocab_size=run.draft_vocab,
+        aux_layer_ids=tuple(run.aux),
+        data_manifest_hash=run.data_hash,
+        training={
+            "budget": run.train.get("name"),
+            "final_step": run.final_step,
+            "features": run.features.key,
+            "vocab_coverage": round(vm.coverage, 6),
+            "specforge": run.specforge.model_dump(mode="json"),
+        },
         metrics=run.metrics,
     )
     register_drafter(run.manifest, run.pool, run.target_info, entry, decoding=cfg.get("decoding"))

@@ -30,8 +30,15 @@ class MetricTee(io.TextIOBase):
         self._buf = ""
         self.last: dict[str, Any] = {}
         self.last_step: int | None = None
-        self.bar = tqdm(total=total, initial=initial, desc="train", unit="step", disable=not progress,
-                        file=sys.stderr, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=total,
+            initial=initial,
+            desc="train",
+            unit="step",
+            disable=not progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
 
     def write(self, s: str) -> int:
         self._buf += s

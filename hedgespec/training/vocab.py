@@ -31,8 +31,9 @@ class VocabMapping:
     reused: bool
 
 
-def build_vocab_mapping(features_dir: Path, target_vocab_size: int, draft_vocab_size: int,
-                        max_length: int | None = None) -> VocabMapping:
+def build_vocab_mapping(
+    features_dir: Path, target_vocab_size: int, draft_vocab_size: int, max_length: int | None = None
+) -> VocabMapping:
     """Write (or reuse) ``features_dir/vocab_mapping/draft<draft_vocab_size>.pt`` and return it with its hash."""
     if not 0 < draft_vocab_size <= target_vocab_size:
         raise ValueError(f"draft_vocab_size={draft_vocab_size} must be in [1, target vocab {target_vocab_size}]")
@@ -41,8 +42,9 @@ def build_vocab_mapping(features_dir: Path, target_vocab_size: int, draft_vocab_
     from specforge.training.vocab_mapping import count_effective_feature_tokens
 
     out = Path(features_dir) / "vocab_mapping" / f"draft{draft_vocab_size}.pt"
-    counts = count_effective_feature_tokens(str(features_dir), max_length=max_length,
-                                            target_vocab_size=target_vocab_size)
+    counts = count_effective_feature_tokens(
+        str(features_dir), max_length=max_length, target_vocab_size=target_vocab_size
+    )
     reused = out.is_file()
     if reused:
         mapping = torch.load(out, weights_only=True)
@@ -55,5 +57,6 @@ def build_vocab_mapping(features_dir: Path, target_vocab_size: int, draft_vocab_
         write_bytes_atomic(buf.getvalue(), out)
     total = sum(counts.values())
     kept = sum(c for tok, c in counts.items() if tok < target_vocab_size and bool(t2d[tok]))
-    return VocabMapping(out, tensors_hash({"d2t": d2t, "t2d": t2d}), draft_vocab_size,
-                        kept / total if total else 0.0, reused)
+    return VocabMapping(
+        out, tensors_hash({"d2t": d2t, "t2d": t2d}), draft_vocab_size, kept / total if total else 0.0, reused
+    )

@@ -46,22 +46,34 @@ def target_head_and_norm(model: Any) -> tuple[torch.Tensor, torch.Tensor]:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
     norm = getattr(decoder, "norm", None)
     if norm is None or getattr(norm, "weight", None) is None:
-        raise ValueError(f"train.draft.init={TARGET_HEAD!r} needs a decoder with a final `norm` (Llama-style); "
-                         f"{type(model).__name__} has none: use train.draft.init={SCRATCH!r}")
+        raise ValueError(
+            f"train.draft.init={TARGET_HEAD!r} needs a decoder with a final `norm` (Llama-style); "
+            f"{type(model).__name__} has none: use train.draft.init={SCRATCH!r}"
+        )
     return head, norm.weight.detach().float().cpu()
 
 
 def _exported_state(export_dir: Path) -> dict[str, torch.Tensor]:
     path = Path(export_dir) / "model.safetensors"
     if not path.is_file():
-        raise FileNotFoundError(f"train.draft.init: no exported drafter at {export_dir} (train it first, "
-                                f"e.g. `python train/run.py domain=general ...` with the same pool)")
+        raise FileNotFoundError(
+            f"train.draft.init: no exported drafter at {export_dir} (train it first, "
+            f"e.g. `python train/run.py domain=general ...` with the same pool)"
+        )
     return load_file(str(path))
 
 
-def build_warm_start(out_dir: Path, draft_config_path: Path, mapping_path: Path, *, init: str,
-                     target_head: torch.Tensor, target_norm: torch.Tensor, seed: int = 0,
-                     source_export: Path | None = None) -> Path:
+def build_warm_start(
+    out_dir: Path,
+    draft_config_path: Path,
+    mapping_path: Path,
+    *,
+    init: str,
+    target_head: torch.Tensor,
+    target_norm: torch.Tensor,
+    seed: int = 0,
+    source_export: Path | None = None,
+) -> Path:
     """Write the warm-start directory for ``init`` (not ``scratch``) and return it."""
     require_specforge()
     from specforge.modeling.auto import AutoDraftModel, AutoDraftModelConfig
@@ -91,8 +103,10 @@ def build_warm_start(out_dir: Path, draft_config_path: Path, mapping_path: Path,
     own = model.state_dict()
     bad = [k for k, v in state.items() if k not in own or tuple(own[k].shape) != tuple(v.shape)]
     if bad:
-        raise ValueError(f"train.draft.init={init!r}: tensors {bad} do not fit this draft architecture "
-                         f"(draft config {draft_config_path}); the source drafter must share width and layers")
+        raise ValueError(
+            f"train.draft.init={init!r}: tensors {bad} do not fit this draft architecture "
+            f"(draft config {draft_config_path}); the source drafter must share width and layers"
+        )
     model.load_state_dict(state, strict=False)
     with atomic_dir(out_dir) as tmp:  # an existing directory without config.json is incomplete: replaced
         model.save_pretrained(str(tmp))
