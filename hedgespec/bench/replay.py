@@ -47,11 +47,8 @@ def sub_pool(names: Sequence[str], n: int, generalist: str = "general") -> list[
     return order[:n]
 
 
-def replay_selectors(
-    trace_path: str | Path, sizes: Sequence[int] | None = None, labels: Sequence[str] | None = None, seed: int = 0
-) -> dict[str, Any]:
-    """Replay ``labels`` (default: all of :data:`REPLAY_SELECTORS`) over sub-pools of ``sizes``
-    (default: 2, 4, …, N)."""
+def _load_exact(trace_path: str | Path) -> list[Any]:
+    """The trace's requests; refuses traces without exact counterfactual runs or with mixed pools."""
     reqs = load_trace(trace_path)
     if not reqs:
         raise ValueError(f"{trace_path}: no requests in the trace")
@@ -64,7 +61,53 @@ def replay_selectors(
     names = list(reqs[0].header["drafters"])
     if any(list(r.header["drafters"]) != names for r in reqs):
         raise ValueError(f"{trace_path}: requests were traced with different pools")
+    return reqs
+
+
+def _replay_one(label: str, tables: list[Any], oracle: list[Any], k: int, seed: int) -> tuple[int, float, list[Any]]:
+    """One selector over every request of a sub-pool: (rounds, total regret, per-request regret curves)."""
+    name, kw = REPLAY_SELECTORS[label]
+    kw = dict(kw)
+    if name in ("hedgespec", "hedgespec_eal", "ucbspec", "exp3spec", "metasd"):
+        kw["seed"] = seed
+    sel = make_selector(name, **kw)  # index 0 of the sub-pool is the generalist (sub_pool order)
+    rounds, regret, curves = 0, 0.0, []
+    for (r, g, runs), (best, _) in zip(tables, oracle):
+        ctx = RequestContext(request_id=r.header.get("request_id", 0), best_drafter=best)
+        res = replay_greedy(g, runs, sel, k, ctx)
+        c = regret_curve(g, res.chosen_per_position)
+        rounds += res.rounds
+        regret += float(c[-1])
+        curves.append(c)
+    return rounds, regret, curves
+
+
+def _replay_size(reqs: list[Any], names: list[str], n: int, labels: list[str], seed: int) -> dict[str, Any]:
     k = reqs[0].k
+    cols = sub_pool(names, int(n))
+    tables = [(r, r.gamma[:, cols], r.runs[:, cols]) for r in reqs if len(r.gamma)]
+    oracle = [best_fixed_mat(runs, k) for _, _, runs in tables]
+    total = sum(len(g) for _, g, _ in tables)
+    oracle_rounds = sum(len(g) / mats[b] for (_, g, _), (b, mats) in zip(tables, oracle))
+    out = {}
+    for label in labels:
+        rounds, regret, curves = _replay_one(label, tables, oracle, k, seed)
+        out[label] = {
+            "mat": total / rounds,
+            "avg_regret": regret / total,
+            "oracle_mat": total / oracle_rounds,
+            "regret_curve": [round(float(x), 4) for x in mean_curve(curves)],
+        }
+    return out
+
+
+def replay_selectors(
+    trace_path: str | Path, sizes: Sequence[int] | None = None, labels: Sequence[str] | None = None, seed: int = 0
+) -> dict[str, Any]:
+    """Replay ``labels`` (default: all of :data:`REPLAY_SELECTORS`) over sub-pools of ``sizes``
+    (default: 2, 4, …, N)."""
+    reqs = _load_exact(trace_path)
+    names = list(reqs[0].header["drafters"])
     n_all = len(names)
     sizes = list(sizes) if sizes else sorted({min(n_all, 2**j) for j in range(1, n_all.bit_length() + 1)} | {n_all})
     labels = list(labels or REPLAY_SELECTORS)
@@ -73,31 +116,8 @@ def replay_selectors(
         raise ValueError(f"unknown replay selector(s) {bad}; expected some of {list(REPLAY_SELECTORS)}")
     results: dict[str, dict[str, Any]] = {x: {} for x in labels}
     for n in sizes:
-        cols = sub_pool(names, int(n))
-        tables = [(r, r.gamma[:, cols], r.runs[:, cols]) for r in reqs if len(r.gamma)]
-        oracle = [best_fixed_mat(runs, k) for _, _, runs in tables]
-        total = sum(len(g) for _, g, _ in tables)
-        oracle_rounds = sum(len(g) / mats[b] for (_, g, _), (b, mats) in zip(tables, oracle))
-        for label in labels:
-            name, kw = REPLAY_SELECTORS[label]
-            kw = dict(kw)
-            if name in ("hedgespec", "hedgespec_eal", "ucbspec", "exp3spec", "metasd"):
-                kw["seed"] = seed
-            sel = make_selector(name, **kw)  # index 0 of the sub-pool is the generalist (sub_pool order)
-            rounds, regret, curves = 0, 0.0, []
-            for (r, g, runs), (best, _) in zip(tables, oracle):
-                ctx = RequestContext(request_id=r.header.get("request_id", 0), best_drafter=best)
-                res = replay_greedy(g, runs, sel, k, ctx)
-                c = regret_curve(g, res.chosen_per_position)
-                rounds += res.rounds
-                regret += float(c[-1])
-                curves.append(c)
-            results[label][str(n)] = {
-                "mat": total / rounds,
-                "avg_regret": regret / total,
-                "oracle_mat": total / oracle_rounds,
-                "regret_curve": [round(float(x), 4) for x in mean_curve(curves)],
-            }
+        for label, row in _replay_size(reqs, names, n, labels, seed).items():
+            results[label][str(n)] = row
     meta_path = Path(str(trace_path) + ".meta.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     return {
@@ -107,7 +127,7 @@ def replay_selectors(
         "pool": meta.get("pool"),
         "trace_commands": [portable_paths(c) for c in meta.get("commands", [])],
         "n_requests": len(reqs),
-        "k": k,
+        "k": reqs[0].k,
         "drafters": names,
         "sizes": [int(n) for n in sizes],
         "tokens": int(sum(len(r.gamma) for r in reqs)),

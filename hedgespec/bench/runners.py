@@ -191,20 +191,13 @@ class ServerRunner:
                 f"`python serve/launch.py pool=<pool> selector=<s>` or set backend.url"
             ) from err
 
-    def run_one(
-        self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None
-    ) -> dict[str, Any]:
-        cfg = self.cfg
-        if (
-            self.tokenizer is not None
-            and cfg.get("chat_template", True)
-            and getattr(self.tokenizer, "chat_template", None)
-        ):
-            text = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": req.prompt}], add_generation_prompt=True, tokenize=False
-            )
-        else:
-            text = req.prompt
+    def _payload(self, req: BenchRequest) -> dict[str, Any]:
+        """SGLang's native ``/generate`` body: the prompt (chat template applied when asked) and sampling params."""
+        cfg, tok = self.cfg, self.tokenizer
+        text = req.prompt
+        if tok is not None and cfg.get("chat_template", True) and getattr(tok, "chat_template", None):
+            msgs = [{"role": "user", "content": req.prompt}]
+            text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
         smp = sampling_of(cfg)
         sp = {
             "temperature": smp.temperature,
@@ -212,8 +205,14 @@ class ServerRunner:
             "max_new_tokens": int(cfg["max_new_tokens"]),
             "ignore_eos": not cfg.get("stop_at_eos", True),
         }
+        return {"text": text, "sampling_params": sp}
+
+    def run_one(
+        self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None
+    ) -> dict[str, Any]:
+        cfg = self.cfg
         t0 = time.perf_counter()
-        out = self._post({"text": text, "sampling_params": sp})
+        out = self._post(self._payload(req))
         wall = time.perf_counter() - t0
         m = out.get("meta_info") or {}
         if "completion_tokens" not in m:
