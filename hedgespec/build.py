@@ -39,8 +39,21 @@ from hedgespec.selectors import SELECTORS, make_selector
 from hedgespec.sim.greedy import best_fixed_mat
 from hedgespec.types import RequestContext
 
+#: ``selector=none``: plain autoregressive decoding with the target alone (the baseline of every "× plain" ratio)
+PLAIN = "none"
 #: selector names the bench and generate accept (conf/selector/*.yaml)
-SELECTOR_CHOICES = ("hedgespec", "hedgespec_eal", "eagle", "fixed", "ucbspec", "exp3spec", "metasd", "router", "oracle")
+SELECTOR_CHOICES = (
+    "hedgespec",
+    "hedgespec_eal",
+    "eagle",
+    "fixed",
+    "ucbspec",
+    "exp3spec",
+    "metasd",
+    "router",
+    "oracle",
+    PLAIN,
+)
 #: selector config keys the builder consumes itself (everything else goes to make_selector)
 _META_KEYS = ("name", "label", "drafter")
 
@@ -177,7 +190,7 @@ def check_selector_config(cfg: Mapping[str, Any]) -> None:
     """Early, pool-independent checks of the selector / ``fixed=`` combination."""
     sel = cfg.get("selector") or {}
     name = sel.get("name")
-    if name not in SELECTORS:
+    if name not in SELECTORS and name != PLAIN:
         raise ValueError(
             f"unknown selector {name!r}; expected selector=<one of {list(SELECTOR_CHOICES)}> "
             f"(library names: {sorted(SELECTORS)})"

@@ -14,6 +14,9 @@ Per request (``request_metrics``):
   one target forward (``evaluate_x_verify``, ``update_x_verify``).
 * ``oracle_drafter`` / ``oracle_mat`` / ``fixed_mats``: best fixed drafter in hindsight by MAT and every
   fixed drafter's MAT on the request (when the runner computed them).
+* ``plain_generated`` / ``plain_wall_s`` / ``matches_plain``: plain decoding of the same request with the target
+  alone, right after it (``plain_baseline``); aggregated as ``plain_tokens_per_s`` and ``speedup_vs_plain``
+  (tokens/s over plain tokens/s, side by side in one run) and ``plain_match_rate`` (greedy outputs equal).
 
 Aggregates pool tokens and rounds over requests (``mat`` = Σ generated / Σ rounds) and also report
 per-request means. Torch-free.
@@ -127,6 +130,22 @@ def _mean(xs: Iterable[Any]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
+def plain_summary(records: Sequence[Mapping[str, Any]], tokens_per_s: float | None) -> dict[str, Any]:
+    """Plain decoding measured on the same requests in the same run: its tokens/s, the ratio ``× plain`` of the
+    run's tokens/s to it, and (greedy) the share of requests whose output equals plain decoding's."""
+    plain = [r for r in records if r.get("plain_wall_s") is not None]
+    if not plain:
+        return {"plain_tokens_per_s": None, "speedup_vs_plain": None, "plain_match_rate": None}
+    wall = sum(float(r["plain_wall_s"]) for r in plain)
+    ptps = sum(int(r["plain_generated"]) for r in plain) / wall if wall > 0 else None
+    matched = [bool(r["matches_plain"]) for r in plain if r.get("matches_plain") is not None]
+    return {
+        "plain_tokens_per_s": ptps,
+        "speedup_vs_plain": tokens_per_s / ptps if tokens_per_s and ptps else None,
+        "plain_match_rate": sum(matched) / len(matched) if matched else None,
+    }
+
+
 def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Aggregate request records: pooled MAT / tokens/s / overhead, per-request means, regret, oracle ratios."""
     if not records:
@@ -160,6 +179,7 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "oracle_mat": None,
         "mat_vs_oracle": None,
     }
+    out.update(plain_summary(records, out["tokens_per_s"]))
     if oracle:
         og = sum(int(r["generated"]) for r in oracle)
         orounds = sum(int(r["generated"]) / float(r["oracle_mat"]) for r in oracle)
@@ -266,6 +286,10 @@ def validate_result(res: Mapping[str, Any]) -> None:
         for key in _REQ:
             if key not in r:
                 raise ValueError(f"bench result requests[{j}] lacks field {key!r}")
+        if res.get("selector_name") == "none":  # plain decoding: one token per target forward, no drafter
+            if r["histogram"] or r["mat"] != 1.0:
+                raise ValueError(f"bench result requests[{j}]: plain decoding has no drafter histogram and MAT 1")
+            continue
         if len(r["histogram"]) != n or sum(r["histogram"]) != r["rounds"]:
             raise ValueError(f"bench result requests[{j}].histogram must have {n} counts summing to rounds")
         if r["rounds"] and not 1.0 <= r["mat"] <= _max_k(res["decoding"]) + 1.0 + 1e-9:

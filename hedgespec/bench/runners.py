@@ -31,6 +31,7 @@ import torch
 from hedgespec.bench.metrics import RESULT_FORMAT, RESULT_VERSION, aggregate, per_domain, request_metrics
 from hedgespec.bench.workloads import BenchRequest, load_workload
 from hedgespec.build import (
+    PLAIN,
     SELECTOR_CHOICES,
     Built,
     Pool,
@@ -41,8 +42,9 @@ from hedgespec.build import (
     sampling_of,
 )
 from hedgespec.decoding import SamplingParams
+from hedgespec.engine.plain import plain_generate
 from hedgespec.io import portable_paths
-from hedgespec.models import load_tokenizer
+from hedgespec.models import load_target, load_tokenizer
 from hedgespec.pools import load_pool as load_manifest
 from hedgespec.types import RequestContext
 
@@ -52,6 +54,7 @@ __all__ = [
     "BACKENDS",
     "BENCH_SELECTORS",
     "EngineRunner",
+    "PlainRunner",
     "ServerRunner",
     "encode_prompt",
     "portable_paths",
@@ -120,6 +123,18 @@ class EngineRunner:
         """Request ``j``'s sampling settings: the run's, with a per-request seed derived from the run seed."""
         return self.built.sampling.with_seed(int(self.cfg.get("seed", 0)) * 100_003 + j)
 
+    def plain(self, ids: torch.Tensor, j: int, spec_tokens: list[int] | None = None) -> dict[str, Any]:
+        """Plain decoding of the same request right after it (same ids, length, sampling and stopping rule).
+
+        ``plain_generated`` counts like the engine's ``generated``: the tokens after the prefill's first one.
+        Under greedy decoding ``matches_plain`` records that the speculative output is the plain one.
+        """
+        res = plain_generate(self.built.model, ids, self.max_new, self.sampling(j), self.built.eos_token_id)
+        rec: dict[str, Any] = {"plain_generated": max(len(res.tokens) - 1, 0), "plain_wall_s": res.wall_s}
+        if spec_tokens is not None and self.built.sampling.greedy:
+            rec["matches_plain"] = spec_tokens == res.tokens
+        return rec
+
     def run_one(
         self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None
     ) -> dict[str, Any]:
@@ -134,10 +149,12 @@ class EngineRunner:
         oracle_s = time.perf_counter() - t if need_oracle else 0.0
         ctx = RequestContext(request_id=req.request_id, prompt=req.prompt, domain=req.domain, best_drafter=best)
         t0 = time.perf_counter()
-        _, stats = self.engine.generate(ids, self.max_new, self.sampling(j), ctx=ctx)
+        out, stats = self.engine.generate(ids, self.max_new, self.sampling(j), ctx=ctx)
         wall = time.perf_counter() - t0
         tr = self.engine.last_trace
         extra: dict[str, Any] = {"prompt_tokens": len(ids_list), "truncated": truncated, "oracle_s": oracle_s}
+        if self.cfg.get("plain_baseline", True):
+            extra.update(self.plain(ids, j, out[len(ids_list) :].tolist()))
         if mats is not None:
             extra.update(oracle_drafter=best, oracle_mat=mats[best], fixed_mats=mats)
         if "predicted_domain" in stats.selector_state:
@@ -158,6 +175,48 @@ class EngineRunner:
             save_rounds=save_rounds,
             **extra,
         )
+
+
+class PlainRunner:
+    """``selector=none``: the target alone (plain autoregressive decoding), batch 1, same requests and settings."""
+
+    def __init__(self, cfg: Mapping[str, Any], model: Any, tokenizer: Any) -> None:
+        self.cfg, self.tokenizer = cfg, tokenizer
+        self.model = model
+        self.sampling_of_run = sampling_of(cfg)
+        self.eos = getattr(tokenizer, "eos_token_id", None) if cfg.get("stop_at_eos", True) else None
+        self.max_new = int(cfg["max_new_tokens"])
+        ctx_len = int(getattr(getattr(model, "config", None), "max_position_embeddings", 1 << 30) or (1 << 30))
+        self.max_prompt = min(int(cfg.get("max_prompt_tokens", 256)), ctx_len - self.max_new - 2)
+        if self.max_prompt < 1:
+            raise ValueError(
+                f"max_new_tokens={self.max_new} leaves no room for a prompt in the target context ({ctx_len})"
+            )
+
+    def run_one(
+        self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None
+    ) -> dict[str, Any]:
+        chat = bool(self.cfg.get("chat_template", True))
+        ids_list, truncated = encode_prompt(self.tokenizer, req.prompt, chat, self.max_prompt)
+        sampling = self.sampling_of_run.with_seed(int(self.cfg.get("seed", 0)) * 100_003 + j)
+        res = plain_generate(self.model, torch.tensor(ids_list, dtype=torch.long), self.max_new, sampling, self.eos)
+        gen = max(len(res.tokens) - 1, 0)  # as the engine counts: after the prefill's first token
+        rec = request_metrics(
+            request_id=req.request_id,
+            domain=req.domain,
+            generated=gen,
+            rounds=gen,
+            mat=1.0,
+            wall_s=res.wall_s,
+            histogram=[],
+            save_rounds=save_rounds,
+            prompt_tokens=len(ids_list),
+            truncated=truncated,
+            plain_generated=gen,
+            plain_wall_s=res.wall_s,
+        )
+        rec["target_forwards_per_token"] = 1.0
+        return rec
 
 
 class ServerRunner:
@@ -278,6 +337,13 @@ def _check_run(cfg: Mapping[str, Any], drafters: Any) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected backend=engine or backend=server")
     check_selector_config(cfg)
+    if cfg["selector"]["name"] == PLAIN:
+        if backend != "engine" or _needs_oracle(cfg):
+            raise ValueError(
+                "selector=none decodes with the target alone in this process: use backend=engine without "
+                "oracle_probe/trace (for plain SGLang, serve the target without --speculative-algorithm)"
+            )
+        return backend
     man = (cfg.get("pool") or {}).get("manifest")
     if backend == "engine" and drafters is None and man and not Path(man).is_file():
         raise ValueError(
@@ -308,6 +374,18 @@ def _engine_runner(
     built = build(cfg, model, tokenizer, drafters)
     timing.update(built.timing)
     return EngineRunner(cfg, built), built.pool, built.selector_info
+
+
+def _plain_runner(
+    cfg: Mapping[str, Any], model: Any, tokenizer: Any, timing: dict[str, float]
+) -> tuple[Any, Pool, dict[str, Any]]:
+    if cfg["backend"].get("threads"):
+        torch.set_num_threads(int(cfg["backend"]["threads"]))
+    t = time.perf_counter()
+    if model is None:
+        model, tokenizer = load_target(dict(cfg["target"]))
+    timing["target_s"] = time.perf_counter() - t
+    return PlainRunner(cfg, model, tokenizer), Pool([], [], []), {}
 
 
 def _server_runner(cfg: Mapping[str, Any], tokenizer: Any) -> tuple[Any, Pool, dict[str, Any]]:
@@ -422,7 +500,9 @@ def run_bench(
     t = time.perf_counter()
     requests = load_workload(cfg["workload"], cfg["data"], int(cfg.get("seed", 0)))
     timing["workload_s"] = time.perf_counter() - t
-    if backend == "engine":
+    if cfg["selector"]["name"] == PLAIN:
+        runner, pool, info = _plain_runner(cfg, model, tokenizer, timing)
+    elif backend == "engine":
         runner, pool, info = _engine_runner(cfg, model, tokenizer, drafters, timing)
     else:
         runner, pool, info = _server_runner(cfg, tokenizer)

@@ -41,10 +41,19 @@ def cmd_cell(r: Mapping[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------------- one run
+def _has_plain(aggs: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether plain decoding was measured (results written before the plain baseline existed have none)."""
+    return any(a.get("plain_tokens_per_s") is not None for a in aggs)
+
+
 def run_table(res: Mapping[str, Any]) -> str:
-    """Markdown: one row per domain (and ALL): requests, MAT, tok/s, forwards/token, regret, overhead, oracle."""
+    """Markdown: one row per domain (and ALL): requests, MAT, tok/s (and plain tok/s, × plain when measured),
+    forwards/token, regret, overhead, oracle."""
+    items = list(res["per_domain"].items()) + [("**all**", res["aggregate"])]
+    plain = _has_plain([a for _, a in items])
+    extra = "plain tok/s | × plain | " if plain else ""
     head = (
-        "| domain | requests | MAT | tok/s | target fwd / token | avg regret / token | selection overhead | "
+        f"| domain | requests | MAT | tok/s | {extra}target fwd / token | avg regret / token | selection overhead | "
         "oracle MAT | MAT / oracle |"
     )
     rows = [
@@ -52,12 +61,12 @@ def run_table(res: Mapping[str, Any]) -> str:
         f"seed {res['seed']}): `{res['command']}`",
         "",
         head,
-        "|---" * 9 + "|",
+        "|---" * (11 if plain else 9) + "|",
     ]
-    items = list(res["per_domain"].items()) + [("**all**", res["aggregate"])]
     for dom, a in items:
+        cells = f"{fmt(a.get('plain_tokens_per_s'), 1)} | {fmt(a.get('speedup_vs_plain'), 2)} | " if plain else ""
         rows.append(
-            f"| {dom} | {a['n_requests']} | {fmt(a['mat'])} | {fmt(a['tokens_per_s'], 1)} | "
+            f"| {dom} | {a['n_requests']} | {fmt(a['mat'])} | {fmt(a['tokens_per_s'], 1)} | {cells}"
             f"{fmt(a['target_forwards_per_token'], 3)} | {fmt(a['avg_regret'], 4)} | "
             f"{fmt(a['selection_overhead'], pct=True)} | {fmt(a['oracle_mat'])} | "
             f"{fmt(a['mat_vs_oracle'], 3)} |"
@@ -98,25 +107,37 @@ def _ratio_to(groups: Mapping[RunKey, Sequence[Mapping[str, Any]]], key: RunKey,
 
 
 def collection_table(results: Sequence[Mapping[str, Any]]) -> str:
-    """Markdown: one row per (pool, workload, backend, selector), mean ± std over seeds, plus ratios to baselines."""
+    """Markdown: one row per (pool, workload, backend, selector), mean ± std over seeds, plus ratios to baselines
+    (plain decoding measured in the same runs, when it was)."""
+    plain = _has_plain([r["aggregate"] for r in results])
+    extra = "plain tok/s | × plain | " if plain else ""
     rows = [
-        "| pool | workload | backend | selector | seeds | MAT | tok/s | target fwd / token | avg regret / token | "
-        "selection overhead | MAT / oracle | × eagle |",
-        "|---" * 12 + "|",
+        f"| pool | workload | backend | selector | seeds | MAT | tok/s | {extra}target fwd / token | "
+        "avg regret / token | selection overhead | MAT / oracle | × eagle |",
+        "|---" * (14 if plain else 12) + "|",
     ]
     groups = group_runs(results)
     for (pool, wl, be, sel), runs in sorted(groups.items()):
         mat, sd = seed_mean(runs, "mat")
-        tps, fpt, reg, ovh, vo = (
+        tps, fpt, reg, ovh, vo, ptps, xp = (
             seed_mean(runs, k)[0]
-            for k in ("tokens_per_s", "target_forwards_per_token", "avg_regret", "selection_overhead", "mat_vs_oracle")
+            for k in (
+                "tokens_per_s",
+                "target_forwards_per_token",
+                "avg_regret",
+                "selection_overhead",
+                "mat_vs_oracle",
+                "plain_tokens_per_s",
+                "speedup_vs_plain",
+            )
         )
         if vo is None:
             vo = _ratio_to(groups, (pool, wl, be, "oracle"), mat)  # vs the oracle selector's run on the same workload
         xe = _ratio_to(groups, (pool, wl, be, "eagle"), mat)
         mat_s = fmt(mat) + (f" ± {sd:.2f}" if sd is not None else "")
+        cells = f"{fmt(ptps, 1)} | {fmt(xp, 2)} | " if plain else ""
         rows.append(
-            f"| {pool} | {wl} | {be} | {sel} | {len(runs)} | {mat_s} | {fmt(tps, 1)} | {fmt(fpt, 3)} | "
+            f"| {pool} | {wl} | {be} | {sel} | {len(runs)} | {mat_s} | {fmt(tps, 1)} | {cells}{fmt(fpt, 3)} | "
             f"{fmt(reg, 4)} | {fmt(ovh, pct=True)} | {fmt(vo, 3)} | {fmt(xe, 3)} |"
         )
     return "\n".join(rows) + "\n"

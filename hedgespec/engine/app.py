@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
-from hedgespec.build import Built, build
+from hedgespec.build import PLAIN, Built, build, sampling_of
+from hedgespec.engine.plain import plain_generate
+from hedgespec.models import load_target
 from hedgespec.types import RequestContext
 
 
@@ -37,8 +39,26 @@ def _generate_one(built: Built, engine: Any, r: int, text: Any, cfg: dict[str, A
     }
 
 
+def _plain_one(model: Any, tok: Any, text: Any, cfg: dict[str, Any]) -> dict[str, Any]:
+    """``selector=none``: the target alone; timings as one "round" per decoding step (MAT 1)."""
+    ids = torch.tensor(tok(text)["input_ids"], dtype=torch.long) if tok is not None else torch.tensor(text)
+    eos = getattr(tok, "eos_token_id", None) if cfg.get("stop_at_eos", True) else None
+    res = plain_generate(model, ids, int(cfg["max_new_tokens"]), sampling_of(cfg), eos)
+    n = max(len(res.tokens) - 1, 0)
+    return {
+        "prompt": text, "completion": tok.decode(res.tokens) if tok is not None else None, "tokens": res.tokens,
+        "rounds": n, "generated": n, "mat": 1.0, "histogram": [],
+        "timings": {"draft": 0.0, "verify": res.wall_s, "evaluate": 0.0, "update": 0.0},
+    }  # fmt: skip
+
+
 def run_generate(cfg: dict[str, Any], model: Any = None, tokenizer: Any = None) -> dict[str, Any]:
     """Generate for ``cfg['prompts']``; returns per-prompt text, tokens and stats (JSON-able)."""
+    if cfg["selector"]["name"] == PLAIN:
+        if model is None:
+            model, tokenizer = load_target(dict(cfg["target"]))
+        results = [_plain_one(model, tokenizer, text, cfg) for text in cfg["prompts"]]
+        return {"drafters": [], "selector": PLAIN, "pool_build_s": 0.0, "results": results}
     built = build(cfg, model, tokenizer)
     engine = built.engine(full_counterfactual=bool((cfg.get("trace") or {}).get("full_counterfactual")))
     results = [_generate_one(built, engine, r, text, cfg) for r, text in enumerate(cfg["prompts"])]
