@@ -45,6 +45,7 @@ PLAIN = "none"
 SELECTOR_CHOICES = (
     "hedgespec",
     "hedgespec_eal",
+    "hedgespec_le",
     "eagle",
     "fixed",
     "ucbspec",

@@ -7,10 +7,16 @@ needs γ at t..t+K−1 and is emitted only once the trajectory is verified throu
 positions after the decision). A loss is never computed on a truncated ("censored") window: at the end
 of the request incomplete windows are dropped (``tail_policy="drop"``) or scored with the ETAP loss
 (``tail_policy="etap"``).
+
+Label-efficient feedback (Cesa-Bianchi, Lugosi & Stoltz 2005): a round may carry an importance weight (its
+positions' losses are multiplied by it, Z/ε for an evaluation coin Z ~ Bernoulli(ε)), or no γ at all
+(:meth:`FeedbackLedger.add_unobserved`: weight 0). A weight-0 position still emits its loss, the zero vector,
+so every position is one learner round and a ticket's positions all come back.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,33 +52,88 @@ class FeedbackLedger:
         self._gamma: list[np.ndarray] = []  # row t = γ_t over drafters, for verified t
         self._ticket: list[int] = []  # ticket of the decision covering t
         self._next_emit = 0  # first position whose loss is not yet emitted
+        self._weight: list[float] | None = None  # importance weight of t; None while every weight is 1
 
     @property
     def verified(self) -> int:
         """Number of verified positions (positions 0..verified−1 have γ rows)."""
         return len(self._gamma)
 
-    def add_round(self, start: int, gamma: np.ndarray, ticket: int = 0) -> list[CompletedLoss]:
-        """Record the γ rows [emitted, N] of the round that verified positions start..start+emitted−1."""
+    def add_round(self, start: int, gamma: np.ndarray, ticket: int = 0, weight: float = 1.0) -> list[CompletedLoss]:
+        """Record the γ rows [emitted, N] of the round that verified positions start..start+emitted−1.
+
+        ``weight`` multiplies these positions' losses (the importance weight Z/ε of label-efficient feedback).
+        """
         g = check_gammas(gamma, "gamma")
         if g.ndim != 2 or g.shape[1] != self.n:
             raise ValueError(f"gamma must have shape [emitted, {self.n}], got {g.shape}")
-        if start != self.verified:
-            raise ValueError(f"round starts at position {start}, but the ledger has verified {self.verified} positions")
+        self._check_start(start)
         if g.shape[0] < 1:
             raise ValueError("a verification round emits at least one token; gamma has no rows")
+        self._set_weight(weight, g.shape[0])
         for row in g:
             self._gamma.append(row)
             self._ticket.append(ticket)
         return self._emit_ready()
 
+    def add_unobserved(self, start: int, emitted: int, ticket: int = 0) -> list[CompletedLoss]:
+        """Record a round whose γ was not observed: its ``emitted`` positions have weight 0 (zero losses)."""
+        self._check_start(start)
+        if isinstance(emitted, bool) or not isinstance(emitted, (int, np.integer)) or emitted < 1:
+            raise ValueError(f"emitted must be an int >= 1 (a round emits at least one token), got {emitted!r}")
+        self._set_weight(0.0, int(emitted))
+        for _ in range(int(emitted)):
+            self._gamma.append(None)  # type: ignore[arg-type]
+            self._ticket.append(ticket)
+        return self._emit_ready()
+
+    def _check_start(self, start: int) -> None:
+        if start != self.verified:
+            raise ValueError(f"round starts at position {start}, but the ledger has verified {self.verified} positions")
+
+    def _set_weight(self, weight: float, rows: int) -> None:
+        w = float(weight)
+        if not (math.isfinite(w) and w >= 0.0):
+            raise ValueError(
+                f"weight (importance weight of the round's losses) must be finite and >= 0, got {weight!r}"
+            )
+        if self._weight is None and w == 1.0:
+            return
+        if self._weight is None:
+            self._weight = [1.0] * self.verified
+        self._weight.extend([w] * rows)
+
+    def weight_at(self, t: int) -> float:
+        """Importance weight of position ``t``'s loss (1 unless a round said otherwise)."""
+        return 1.0 if self._weight is None else self._weight[t]
+
     def _loss_at(self, t: int) -> np.ndarray:
         # Rows were validated once in add_round; the losses are computed directly here (hot path):
         # ETAP 1 − γ_t, EAL 1 − AL_t/(K+1) with AL_t = 1 + Σ_k Π_{j≤k} γ_{t+j−1} (Thm 3, tail-sum form).
+        if self._weight is not None:
+            return self._weighted_loss(t, self.objective)
         if self.objective == "etap":
             return 1.0 - self._gamma[t]
         window = np.stack(self._gamma[t : t + self.k], axis=-1)  # [N, K]
         return 1.0 - (1.0 + np.cumprod(window, axis=-1).sum(axis=-1)) / (self.k + 1)
+
+    def _weighted_loss(self, t: int, objective: str) -> np.ndarray:
+        """weight_t × loss_t; weight 0 is the zero vector whatever was observed (no γ row is read)."""
+        w = self.weight_at(t)
+        if w == 0.0:
+            return np.zeros(self.n)
+        rows = self._gamma[t : t + (1 if objective == "etap" else self.k)]
+        if any(r is None for r in rows):
+            raise RuntimeError(
+                f"position {t} has importance weight {w} but its {objective.upper()} window has unobserved γ rows; "
+                "the rounds that complete a weighted window must be evaluated"
+            )
+        if objective == "etap":
+            loss = 1.0 - rows[0]
+        else:
+            window = np.stack(rows, axis=-1)
+            loss = 1.0 - (1.0 + np.cumprod(window, axis=-1).sum(axis=-1)) / (self.k + 1)
+        return loss if w == 1.0 else w * loss
 
     def _emit_ready(self) -> list[CompletedLoss]:
         need = 1 if self.objective == "etap" else self.k
@@ -92,6 +153,7 @@ class FeedbackLedger:
         out: list[CompletedLoss] = []
         if self.tail_policy == "etap":
             for t in range(self._next_emit, self.verified):
-                out.append(CompletedLoss(t, 1.0 - self._gamma[t], self._ticket[t]))
+                loss = 1.0 - self._gamma[t] if self._weight is None else self._weighted_loss(t, "etap")
+                out.append(CompletedLoss(t, loss, self._ticket[t]))
         self._next_emit = self.verified
         return out

@@ -5,6 +5,8 @@ Base learners (full information: every drafter's loss is observed) expose ``weig
 
 * :class:`NormalHedge` (Chaudhuri, Freund, Hsu 2009): parameter-free; the default.
 * :class:`Hedge`: exponential weights with the anytime step η_t = sqrt(8 ln N / t).
+* :class:`LabelEfficientHedge`: exponential weights for importance-weighted losses ℓ·Z/ε (label-efficient
+  prediction, Cesa-Bianchi, Lugosi & Stoltz 2005), step η_t = sqrt(ε ln N / t).
 
 Delayed-feedback reductions (Joulani, György, Szepesvári 2013, as the paper applies them) expose
 ``predict() -> (ticket, weights)``, ``feedback(ticket, loss, weights_used)`` and ``release(ticket)``:
@@ -171,6 +173,31 @@ class Hedge:
         self.cum_loss += _check_loss(loss_vector, self.n)
         self.t += 1
         self._w = None
+
+
+class LabelEfficientHedge(Hedge):
+    """Exponential weights on importance-weighted losses ℓ̃_t = ℓ_t Z_t / ε, Z_t ~ Bernoulli(ε), ℓ_t ∈ [0, 1]^N.
+
+    Round t (1-based, every round counts, queried or not) uses η_t = sqrt(ε ln N / t). This is FTRL with the
+    entropic regulariser scaled by 1/η_t (non-increasing steps) on non-negative losses, whose regret is at most
+    ln N / η_{T+1} + Σ_t (η_t / 2) Σ_i w_{t,i} ℓ̃_{t,i}² (Orabona 2019, "A Modern Introduction to Online
+    Learning", FTRL with time-varying regularisers and the local-norm bound of exponential weights). Since Z_t is
+    drawn independently of w_t and ℓ_t, E[Σ_i w_{t,i} ℓ̃_{t,i}²] ≤ 1/ε and E[ℓ̃_t] = ℓ_t, so for every fixed
+    expert i, E[Σ_t w_t·ℓ_t − Σ_t ℓ_{t,i}] ≤ sqrt((T+1) ln N / ε) + sqrt(T ln N / ε) ≤ 2 sqrt((T+1) ln N / ε).
+    The fixed-horizon step η = sqrt(2 ε ln N / T) gives sqrt(2 T ln N / ε) (Cesa-Bianchi, Lugosi & Stoltz 2005;
+    Cesa-Bianchi & Lugosi 2006, Thm 6.1). ε = 1 is full information with this second-order step (not
+    :class:`Hedge`'s sqrt(8 ln N / t)).
+    """
+
+    def __init__(self, n: int, epsilon: float) -> None:
+        super().__init__(n)
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0.0 < float(epsilon) <= 1.0:
+            raise ValueError(f"epsilon (probability of observing a round's losses) must be in (0, 1], got {epsilon!r}")
+        self.epsilon = float(epsilon)
+
+    @property
+    def eta(self) -> float:
+        return math.sqrt(self.epsilon * math.log(self.n) / (self.t + 1))
 
 
 LEARNERS: dict[str, Callable[[int], Learner]] = {"normal_hedge": NormalHedge, "hedge": Hedge}

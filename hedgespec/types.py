@@ -21,11 +21,15 @@ class Decision:
         weights: the distribution over drafters that made the decision (None for deterministic rules
             with no distribution, e.g. ``Fixed``).
         ticket: opaque handle the selector uses to route this round's delayed feedback (BOLD).
+        evaluate: whether the selector wants every drafter's γ for this round (full-information feedback).
+            False (label-efficient HedgeSpec): the runner may skip the pool evaluation and send
+            ``RoundFeedback.gamma=None``; the selector then learns nothing from the round but its outcome.
     """
 
     drafter: int
     weights: tuple[float, ...] | None = None
     ticket: int = 0
+    evaluate: bool = True
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ class RoundFeedback:
         emitted: tokens emitted (accepted + 1, fewer when the request ended inside the round).
         start: absolute generated-token position of the first emitted token (0-based).
         gamma: γ[u, i] for the ``emitted`` positions u of this round and every drafter i, shape
-            [emitted, N]; None when the backend only observed the chosen drafter.
+            [emitted, N]; None when the backend only observed the chosen drafter (e.g. a round whose
+            ``decision.evaluate`` was False).
         timings: optional wall times in seconds, e.g. ``{"draft": .., "verify": .., "evaluate": ..}``.
     """
 

@@ -108,7 +108,8 @@ def request_metrics(
         "avg_regret": None,
         "best_drafter": None,
     }
-    if gamma is not None and trace_rounds is not None and len(gamma):
+    # γ of drafters the selector did not evaluate (label-efficient rounds) is NaN: regret is then not measured
+    if gamma is not None and trace_rounds is not None and len(gamma) and not np.isnan(np.asarray(gamma, float)).any():
         curve, best = regret_from_trace(gamma, trace_rounds)
         rec.update(regret=float(curve[-1]), avg_regret=float(curve[-1]) / len(curve), best_drafter=best)
         if save_rounds:

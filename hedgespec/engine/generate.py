@@ -14,6 +14,11 @@ Bookkeeping (c = tokens committed in the target cache, x_c = the *root*: last em
   0 is exactly its first draft step; deeper rows condition on target features, not on the head's own
   outputs, so they are the per-position counterfactual γ of the HedgeSpec paper, not a replay of the
   head's multi-step draft.
+* a selector may skip a round's pool evaluation (``Decision.evaluate`` False: label-efficient HedgeSpec): then
+  only the chosen head is extended over the verified rows (:meth:`DrafterPool.extend`) and the selector gets
+  ``gamma=None``; the other heads catch up lazily, in the next evaluation's pass or before they next draft
+  (:meth:`DrafterPool.catch_up`). The trace records the chosen head's γ and NaN for the heads not evaluated.
+  Full-counterfactual runs evaluate every round (every head drafts from every position).
 
 Positions given to selectors (``RoundFeedback.start``) count round-emitted tokens from 0; the first token
 (produced by the prefill, before any round) is not a round's. MAT = emitted / rounds (the paper's mean
@@ -168,9 +173,9 @@ class SpeculativeEngine:
             clock.lap("draft")
             ver = self._verify(root, draft, samp)
             clock.lap("verify")
-            ev = self._evaluate(root, feat, ver, sampling, log.remaining)
+            ev = self._evaluate(root, feat, ver, sampling, log.remaining, decision)
             self.selector.observe(
-                RoundFeedback(decision, ev.accepted, ev.emitted, log.generated, ev.gamma, clock.lap("evaluate"))
+                RoundFeedback(decision, ev.accepted, ev.emitted, log.generated, ev.feedback, clock.lap("evaluate"))
             )
             log.add_round(decision, ev, clock.lap("update"))
             (root, feat), done = ver.next_root(), ev.done
@@ -255,6 +260,7 @@ class SpeculativeEngine:
 
     def _draft(self, i: int, root: int, feat: torch.Tensor, samp: SamplingState) -> Draft:
         """Chain drafts (tokens, laws q) or a DraftTree from head ``i``; none when the head is (or just got) dropped."""
+        self.pool.catch_up([i])  # a head not evaluated for a while first processes the rows it missed
         if not self.pool.alive[i]:
             return Draft.dropped(i)
         try:
@@ -281,18 +287,30 @@ class SpeculativeEngine:
         return ver
 
     def _evaluate(
-        self, root: int, feat: torch.Tensor, ver: Verified, sampling: SamplingParams, remaining: int
+        self, root: int, feat: torch.Tensor, ver: Verified, sampling: SamplingParams, remaining: int, decision: Decision
     ) -> Evaluated:
-        """Cut the round at the budget / EOS, append the emitted rows to every head (one batched pass), read γ."""
+        """Cut the round at the budget / EOS, append the emitted rows to every head (one batched pass), read γ.
+
+        When the selector skips the evaluation (``decision.evaluate`` False, never in full-counterfactual runs)
+        only the chosen head is extended; γ holds its column and NaN elsewhere, and the selector gets none.
+        """
         tokens, done = self._emitted(ver, remaining)
         e = len(tokens)
         ev_tokens = torch.tensor([root] + ver.path[: e - 1])
         ev_feats = torch.cat([feat[None], ver.feats[ver.rows[: e - 1]]], dim=0)
         base = self.pool.length
-        dlog = self.pool.evaluate(ev_tokens, ev_feats, self._emb(ev_tokens)[None])
-        gamma = self._gamma(dlog, ver.logits[ver.rows[:e]], sampling)
-        cf = self._counterfactual(ev_tokens, ev_feats, base) if self.full_counterfactual else []
-        return Evaluated(tokens, min(ver.accepted, e - 1), gamma, done, cf)
+        tlogits = ver.logits[ver.rows[:e]]
+        if self.full_counterfactual or getattr(decision, "evaluate", True):
+            dlog = self.pool.evaluate(ev_tokens, ev_feats, self._emb(ev_tokens)[None])
+            gamma = self._gamma(dlog, tlogits, sampling)
+            cf = self._counterfactual(ev_tokens, ev_feats, base) if self.full_counterfactual else []
+            return Evaluated(tokens, min(ver.accepted, e - 1), gamma, done, cf)
+        i = int(decision.drafter)
+        own = self.pool.extend([i], ev_tokens, ev_feats, self._emb(ev_tokens)[None])
+        gamma = np.full((e, self.pool.n), np.nan)
+        if self.pool.alive[i]:
+            gamma[:, i] = self._gamma(own, tlogits, sampling, [i])[:, 0]
+        return Evaluated(tokens, min(ver.accepted, e - 1), gamma, done, [], evaluated=False)
 
     def _emitted(self, ver: Verified, remaining: int) -> tuple[list[int], bool]:
         """The round's tokens (accepted drafts + bonus) cut at the budget and after EOS; whether EOS came."""
@@ -301,22 +319,30 @@ class SpeculativeEngine:
             return emitted[: emitted.index(self.eos_token_id) + 1], True
         return emitted, False
 
-    def _gamma(self, draft_logits: torch.Tensor, tlogits: torch.Tensor, sampling: SamplingParams) -> np.ndarray:
-        """γ[u, i] for the emitted rows: chain 1 − TV (Theorem 1 of the HedgeSpec paper), tree target mass on
-        the top-k (Theorem 2), greedy indicators."""
+    def _gamma(
+        self,
+        draft_logits: torch.Tensor,
+        tlogits: torch.Tensor,
+        sampling: SamplingParams,
+        idx: Sequence[int] | None = None,
+    ) -> np.ndarray:
+        """γ[u, j] for the emitted rows and heads ``idx`` (default: the pool): chain 1 − TV (Theorem 1 of the
+        HedgeSpec paper), tree target mass on the top-k (Theorem 2), greedy indicators."""
         n, e, _ = draft_logits.shape
-        alive = torch.tensor(self.pool.alive)
+        heads = list(range(self.pool.n)) if idx is None else list(idx)
+        alive = torch.tensor([self.pool.alive[j] for j in heads])
         dl = torch.nan_to_num(draft_logits, nan=float("-inf")).clone()
         dl[~alive] = 0.0  # dead heads: any finite values, zeroed below
         kk = 1 if self.mode == "chain" else min(self.decoding.topk, self.pool.vd)
-        top = self.pool.target_ids.gather(1, dl.topk(kk, dim=-1).indices.reshape(n, -1)).reshape(n, e, kk)
+        ids = self.pool.target_ids if idx is None else self.pool.target_ids[heads]
+        top = ids.gather(1, dl.topk(kk, dim=-1).indices.reshape(n, -1)).reshape(n, e, kk)
         if sampling.greedy:
             best = tlogits.argmax(-1)  # [e]
             g = (top == best[None, :, None]).any(-1).float()
         else:
             p = sampling_probs(tlogits, sampling)  # [e, V]
             if self.mode == "chain":
-                q = self.pool.to_target((dl / sampling.temperature).softmax(-1), range(n))
+                q = self.pool.to_target((dl / sampling.temperature).softmax(-1), heads)
                 g = torch.minimum(p[None], q).sum(-1)
             else:
                 g = p[None].expand(n, -1, -1).gather(2, top).sum(-1)

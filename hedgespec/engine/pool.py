@@ -9,6 +9,14 @@ After a verification round the engine calls :meth:`DrafterPool.evaluate` with th
 it extends all N caches and returns q_i at every emitted position (every drafter's counterfactual γ of the
 HedgeSpec paper, without any extra target forward). A head that raises or produces non-finite logits is
 dropped for the request with a warning; the rest of the pool, and the output, are unaffected.
+
+Lazy catch-up (label-efficient HedgeSpec): on a round whose pool evaluation the selector skips, the engine calls
+:meth:`DrafterPool.extend` for the chosen head only (it drafts next round from these rows). The other heads fall
+behind: ``filled[i]`` counts the rows head i has processed, and the pool keeps the verified rows' embeddings and
+target features from the oldest missed row on. A lagging head catches up in one batched pass over the rows it
+missed when it is next evaluated (:meth:`evaluate` folds the catch-up into its pass) or chosen
+(:meth:`catch_up` before drafting). A head's rows depend only on the committed prefix, so a caught-up head holds
+the keys/values of a head extended every round (up to floating-point rounding).
 """
 
 from __future__ import annotations
@@ -94,10 +102,22 @@ class DrafterPool:
         self.k = torch.zeros(self.n, self.n_kv, 0, self.head_dim, dtype=self.dtype, device=self.device)
         self.v = torch.zeros_like(self.k)
         self.alive = [True] * self.n
+        #: rows of head i's cache that hold its own keys/values (rows filled[i]..length-1 are placeholders)
+        self.filled = [0] * self.n
+        # the committed rows some live head has not processed yet: embeddings [L, H] and captured target
+        # features [L, F] of rows log_base..length-1 (None while every live head is current)
+        self._log_emb: torch.Tensor | None = None
+        self._log_feat: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
+        """Committed rows (the pending row sits at this position); a lagging head holds fewer (:attr:`filled`)."""
         return int(self.k.shape[2])
+
+    @property
+    def behind(self) -> list[int]:
+        """Live heads whose cache misses committed rows (they catch up when next evaluated or chosen)."""
+        return [j for j in range(self.n) if self.alive[j] and self.filled[j] < self.length]
 
     @property
     def dropped(self) -> list[str]:
@@ -140,8 +160,16 @@ class DrafterPool:
         """
         sel = list(idx)
         all_heads = sel == list(range(self.n))
-        w = self.w if all_heads else {k: t[sel] for k, t in self.w.items()}
+        if all_heads:
+            w = self.w
+        elif len(sel) == 1:  # a view, not a copy of the head's weights (same values and strides)
+            w = {k: t[sel[0] : sel[0] + 1] for k, t in self.w.items()}
+        else:
+            w = {k: t[sel] for k, t in self.w.items()}
         upto = self.length if upto is None else upto
+        if any(self.filled[j] < upto for j in sel):
+            lag = {self.names[j]: self.filled[j] for j in sel if self.filled[j] < upto}
+            raise RuntimeError(f"drafter rows {lag} < {upto} needed: catch_up() the lagging heads first")
         pk = self.k[:, :, :upto] if all_heads else self.k[sel, :, :upto]
         pv = self.v[:, :, :upto] if all_heads else self.v[sel, :, :upto]
         if extra_k is not None:
@@ -179,40 +207,142 @@ class DrafterPool:
     def evaluate(self, tokens: torch.Tensor, feats: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
         """Append T verified rows to every live head in one batched pass; return their logits [N, T, V_d].
 
-        Rows are (x_{t+1}, f_t) at positions t = length..length+T-1; dead heads get NaN rows. If the batched
-        pass fails, heads are re-run one by one and the failing ones are dropped (warning, request-scoped).
+        Rows are (x_{t+1}, f_t) at positions t = length..length+T-1; dead heads get NaN rows. Heads that fell
+        behind (:meth:`extend`) catch up in the same pass: every live head runs from the oldest missed row m over
+        rows m..length+T-1 (a current head recomputes its rows m..length-1, equal to its cached ones). If the
+        batched pass fails, heads are re-run one by one, each from its own missed rows, and the failing ones are
+        dropped (warning, request-scoped).
         """
-        t0, t = self.length, int(tokens.shape[0])
-        pos = torch.arange(t0, t0 + t)
-        live = [i for i in range(self.n) if self.alive[i]]
-        if not live:
-            self.append(*(torch.zeros(self.n, self.n_kv, t, self.head_dim, dtype=self.dtype, device=self.device),) * 2)
-            return torch.full((self.n, t, self.vd), float("nan"), device=self.device)
-        try:  # one batched pass over the live heads
-            lg, _, k, v = self.run(live, emb, self.features(feats, live), True, pos)
+        return self.extend(range(self.n), tokens, feats, emb)
+
+    def extend(self, idx: Sequence[int], tokens: torch.Tensor, feats: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """Append T verified rows to the heads ``idx`` only, in one batched pass; their logits [len(idx), T, V_d].
+
+        The cache grows by T rows for every head. The other heads get placeholder rows and fall behind: the rows
+        they miss (embeddings [T, H] and captured target features [T, F]) are kept until they catch up, in the
+        next :meth:`evaluate`, :meth:`extend` or :meth:`catch_up` that includes them (one batched pass over the
+        missed span). Heads of ``idx`` that are dead, or get dropped on the way, have NaN rows.
+        """
+        sel = list(idx)
+        t = int(tokens.shape[0])
+        if emb.dim() != 3 or emb.shape[0] != 1 or emb.shape[1] != t:
+            raise ValueError(f"emb must be the rows' token embeddings [1, {t}, H], got shape {tuple(emb.shape)}")
+        live = [i for i in sel if self.alive[i]]
+        lg = self._advance(live, emb[0], feats)
+        if len(live) == len(sel):
+            return lg
+        out = torch.full((len(sel), t, self.vd), float("nan"), device=self.device)
+        if live:
+            out[[sel.index(i) for i in live]] = lg
+        return out
+
+    def catch_up(self, idx: Sequence[int] | None = None) -> None:
+        """Bring the lagging live heads of ``idx`` (default: all) to :attr:`length`: one batched pass over the
+        rows they missed (from the oldest one; the cached rows of heads ahead of it are recomputed)."""
+        lag = [i for i in (range(self.n) if idx is None else idx) if self.alive[i] and self._filled(i) < self.length]
+        if lag:
+            self._advance(lag, None, None)
+
+    def _filled(self, i: int) -> int:
+        return min(self.filled[i], self.length)  # a caller may have swapped in a shorter cache (engine/bench.py)
+
+    def _advance(self, idx: list[int], emb: torch.Tensor | None, feats: torch.Tensor | None) -> torch.Tensor:
+        """Live heads ``idx`` over their missed rows, then the new rows (emb [T, H], feats [T, F]; None: none).
+
+        Returns the new rows' logits [len(idx), T, V_d], NaN for a head dropped on the way.
+        """
+        t0, t = self.length, 0 if emb is None else int(emb.shape[0])
+        if not idx:
+            self._grow_to(t0 + t)
+            self._keep_log(emb, feats)
+            return torch.empty(0, t, self.vd, device=self.device)
+        m = min(self._filled(i) for i in idx)
+        span_emb, span_feat = self._span(m, t0, emb, feats)
+        pos = torch.arange(m, t0 + t)
+        try:  # one batched pass over the heads' missed rows and the new rows
+            lg, _, k, v = self.run(idx, span_emb[None], self.features(span_feat, idx), True, pos, upto=m)
             ok = not self._nonfinite(lg)
         except Exception:  # noqa: BLE001 - isolate the failing head(s) below
             ok = False
-        if ok and len(live) == self.n:
-            self.append(k, v)
-            return lg
-        logits = torch.full((self.n, t, self.vd), float("nan"), device=self.device)
-        new_k = torch.zeros(self.n, self.n_kv, t, self.head_dim, dtype=self.dtype, device=self.device)
-        new_v = torch.zeros_like(new_k)
         if ok:
-            logits[live], new_k[live], new_v[live] = lg, k, v
-            self.append(new_k, new_v)
-            return logits
-        for i in live:
+            self._store(idx, m, k, v)
+            out = lg[:, lg.shape[1] - t :]
+        else:
+            out = self._advance_each(idx, span_emb, span_feat, m, t)
+        self._keep_log(emb, feats)
+        return out
+
+    def _advance_each(
+        self, idx: list[int], span_emb: torch.Tensor, span_feat: torch.Tensor, m: int, t: int
+    ) -> torch.Tensor:
+        """The failed batched pass head by head, each from its own missed rows; heads that fail are dropped."""
+        end = m + int(span_emb.shape[0])
+        self._grow_to(end)
+        out = torch.full((len(idx), t, self.vd), float("nan"), device=self.device)
+        for j, i in enumerate(idx):
+            a = self._filled(i)
             try:
-                lg, _, k, v = self.run([i], emb, self.features(feats, [i]), True, pos)
+                e, f = span_emb[None, a - m :], self.features(span_feat[a - m :], [i])
+                lg, _, k, v = self.run([i], e, f, True, torch.arange(a, end), upto=a)
                 if self._nonfinite(lg):
                     raise FloatingPointError("non-finite logits")
-                logits[i], new_k[i], new_v[i] = lg[0], k[0], v[0]
-            except Exception as e:  # noqa: BLE001
-                self._drop([i], f"raised {type(e).__name__}: {e}")
-        self.append(new_k, new_v)  # with every head dropped the engine decodes without drafts (still lossless)
-        return logits
+                self._store([i], a, k, v)
+                out[j] = lg[0, lg.shape[1] - t :]
+            except Exception as err:  # noqa: BLE001
+                self._drop([i], f"raised {type(err).__name__}: {err}")
+        return out  # with every head dropped the engine decodes without drafts (still lossless)
+
+    def _store(self, idx: list[int], m: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Heads ``idx``'s keys/values for rows m..m+T-1 (the cache grows to m+T; other heads keep theirs)."""
+        end, all_heads = m + int(k.shape[2]), idx == list(range(self.n))
+        if all_heads and m == self.length:
+            self.append(k, v)
+        else:
+            self._grow_to(end)
+            rows = slice(m, end)
+            if all_heads:
+                self.k[:, :, rows], self.v[:, :, rows] = k, v
+            else:
+                self.k[idx, :, rows], self.v[idx, :, rows] = k, v
+        for i in idx:
+            self.filled[i] = end
+
+    def _grow_to(self, end: int) -> None:
+        if end > self.length:  # placeholder rows: a head's rows past filled[head] are never attended
+            z = torch.zeros(self.n, self.n_kv, end - self.length, self.head_dim, dtype=self.dtype, device=self.device)
+            self.append(z, z)
+
+    def _span(
+        self, m: int, t0: int, emb: torch.Tensor | None, feats: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embeddings and features of rows m..t0-1 (from the kept rows) followed by the new rows."""
+        if m == t0:
+            return emb, feats  # type: ignore[return-value]
+        kept = 0 if self._log_emb is None else int(self._log_emb.shape[0])  # the kept rows end at t0
+        if t0 - kept > m:
+            raise RuntimeError(f"drafter pool: rows {m}..{t0 - 1} are not kept (only the last {kept} rows are)")
+        a = kept - (t0 - m)
+        pe, pf = self._log_emb[a:], self._log_feat[a:]  # type: ignore[index]
+        if emb is None or feats is None:
+            return pe, pf
+        return torch.cat([pe, emb.to(pe.dtype)]), torch.cat([pf, feats.to(pf.dtype)])
+
+    def _keep_log(self, emb: torch.Tensor | None, feats: torch.Tensor | None) -> None:
+        """Keep the rows some live head still misses (the new rows included); drop the rest."""
+        oldest = min((self._filled(j) for j in range(self.n) if self.alive[j]), default=self.length)
+        keep = self.length - oldest
+        if keep <= 0:
+            self._log_emb = self._log_feat = None
+            return
+        le, lf = self._log_emb, self._log_feat
+        if emb is not None and feats is not None and emb.shape[0]:
+            le = emb if le is None else torch.cat([le, emb.to(le.dtype)])
+            lf = feats if lf is None else torch.cat([lf, feats.to(lf.dtype)])
+        if le is None or lf is None or int(le.shape[0]) < keep:
+            raise RuntimeError(
+                f"drafter pool: a head misses {keep} rows but only {0 if le is None else le.shape[0]} are kept"
+            )
+        self._log_emb, self._log_feat = le[-keep:], lf[-keep:]
 
     @staticmethod
     def _nonfinite(lg: torch.Tensor) -> list[int]:

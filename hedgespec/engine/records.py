@@ -10,7 +10,8 @@ evaluate → observe → advance; the stages pass each other these records (as S
 * :class:`Draft` — what the chosen head proposed: chain tokens with their draft laws q, or a
   :class:`DraftTree`; neither when the head is (or just got) dropped.
 * :class:`Verified` — the target's verdict on a draft: accepted count, bonus token, kept rows, logits.
-* :class:`Evaluated` — what the round emits and every drafter's γ at the emitted positions.
+* :class:`Evaluated` — what the round emits and every drafter's γ at the emitted positions (NaN for the heads
+  a round without pool evaluation did not run: label-efficient HedgeSpec).
 
 :class:`RoundClock` times the stages; :class:`RequestLog` turns rounds into the request's
 :class:`~hedgespec.types.RequestStats` and :class:`~hedgespec.engine.trace.RequestTrace`, one call per round.
@@ -124,13 +125,19 @@ class Evaluated:
 
     tokens: list[int]
     accepted: int  # drafts among ``tokens``: min(a, emitted − 1)
-    gamma: np.ndarray  # [emitted, N] every drafter's γ at the emitted positions
+    gamma: np.ndarray  # [emitted, N] every drafter's γ at the emitted positions (NaN where not evaluated)
     done: bool  # EOS was emitted
     counterfactual: list[Any]  # per emitted position: every head's draft from there (full_counterfactual only)
+    evaluated: bool = True  # the pool was evaluated (False: only the chosen head ran over the rows)
 
     @property
     def emitted(self) -> int:
         return len(self.tokens)
+
+    @property
+    def feedback(self) -> np.ndarray | None:
+        """The γ matrix the selector gets: all of it after a pool evaluation, else None (chosen outcome only)."""
+        return self.gamma if self.evaluated else None
 
 
 class RoundClock:
@@ -184,6 +191,7 @@ class RequestLog:
                 "emitted": ev.emitted,
                 "weights": weights,
                 "timings": laps,
+                **({} if ev.evaluated else {"evaluated": False}),
             }
         )
         st.rounds += 1

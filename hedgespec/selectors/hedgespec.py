@@ -5,6 +5,36 @@ drafters, wrapped in a delayed-feedback reduction (FIFO queue by default, or BOL
 drafter is the argmax (or a sample) of the current weights; after verification the γ matrix of the
 emitted positions goes into the :class:`~hedgespec.feedback.FeedbackLedger`, which releases ETAP/EAL loss
 vectors as their windows complete (never on a censored window).
+
+Label-efficient HedgeSpec (``epsilon < 1``; the label-efficient prediction reduction of Cesa-Bianchi, Lugosi &
+Stoltz 2005). Before each round the selector flips Z ~ Bernoulli(ε), independent of everything else, and sets
+``Decision.evaluate = Z`` so the runner may skip the pool evaluation (only the chosen drafter's outcome comes
+back). Every position t of the round feeds the learner ℓ̃_t = ℓ_t Z/ε (the zero vector when Z = 0, whether or not
+γ came back), so E[ℓ̃_t | past, round] = ℓ_t: unbiased for the ETAP loss under any decoding. What is proven, for
+every fixed drafter i and the expected regret E[Σ_t w_t·ℓ_t − Σ_t ℓ_{t,i}] of the weights (T positions, no delay;
+w_t·ℓ_t is the expected loss of ``choice="sample"``; ``"argmax"`` follows the leader of the weighted cumulative
+losses, for which none of these bounds is claimed):
+
+* ``learner="hedge"`` uses :class:`~hedgespec.learners.LabelEfficientHedge` (η_t = sqrt(ε ln N / t)):
+  E regret ≤ 2 sqrt((T+1) ln N / ε), the textbook case (fixed horizon: sqrt(2 T ln N / ε), Cesa-Bianchi,
+  Lugosi & Stoltz 2005).
+* ``learner="normal_hedge"`` (default): NormalHedge's weights are invariant to scaling all losses (R → R/ε gives
+  c → c/ε²), so the 1/ε changes nothing and it runs exactly as NormalHedge on Z_t ℓ_t ∈ [0, 1], which leaves
+  its state unchanged on Z = 0 positions. Its deterministic bound (Chaudhuri, Freund & Hsu 2009, Thm 1:
+  O(sqrt(Q ln N) + ln² N) after Q non-trivial rounds) thus holds on the queried positions, and taking
+  expectations (E[Z_t(w_t·ℓ_t − ℓ_{t,i})] = ε E[w_t·ℓ_t − ℓ_{t,i}], E Q = εT, Jensen) gives
+  E regret = O(sqrt(T ln N / ε) + ln² N / ε). This is a bound on the pseudo-regret max_i E[·]; it equals the
+  expected regret to the best drafter in hindsight when losses are oblivious (greedy decoding: γ is a function
+  of the position on the fixed greedy trajectory), not in general under sampling.
+* Not proven here: the delayed-feedback reductions (``Queued``, ``Bold``) are applied to the weighted sequence as
+  the paper applies them to the full one, with no new analysis of their combination. For the EAL loss a weighted
+  position needs γ at t..t+K−1, so a round with Z = 1 also forces the evaluation of the rounds that complete its
+  windows (their own positions keep weight Z/ε of their own coins); ℓ_t is then unbiased when γ is oblivious
+  (greedy), while under sampling a window's later rows may depend on Z through later decisions.
+
+``evaluation="adaptive"`` is a heuristic with no guarantee: evaluate while the largest weight is below
+``threshold``, else once every ``recheck`` rounds; evaluated rounds feed their plain losses, skipped rounds
+none (the skip pattern depends on the losses, so the fed losses are biased).
 """
 
 from __future__ import annotations
@@ -14,13 +44,35 @@ from typing import Any
 import numpy as np
 
 from hedgespec.feedback import OBJECTIVES, TAIL_POLICIES, FeedbackLedger
-from hedgespec.learners import LEARNERS, Bold, Queued, make_learner
+from hedgespec.learners import LEARNERS, Bold, LabelEfficientHedge, Queued, make_learner
 from hedgespec.selectors._rng import argmax_random_ties, request_rng
 from hedgespec.selectors.base import BaseSelector
 from hedgespec.types import Decision, RoundFeedback
 
 DELAYS = ("queue", "bold")
 CHOICES = ("argmax", "sample")
+EVALUATIONS = ("random", "adaptive")  # label-efficient coin with probability epsilon | weight-threshold heuristic
+
+
+def _check_policy(epsilon: float, evaluation: str, threshold: float, recheck: int) -> float:
+    """Validate the evaluation policy's knobs; returns epsilon as a float."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.floating)) or not 0.0 < epsilon <= 1.0:
+        raise ValueError(
+            f"HedgeSpec epsilon (probability of evaluating the pool in a round) must be in (0, 1], got {epsilon!r}"
+        )
+    if evaluation not in EVALUATIONS:
+        raise ValueError(f"HedgeSpec evaluation must be one of {list(EVALUATIONS)}, got {evaluation!r}")
+    if evaluation == "adaptive" and float(epsilon) != 1.0:
+        raise ValueError(f"HedgeSpec epsilon={epsilon!r} applies to evaluation='random' only; 'adaptive' takes none")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
+        raise ValueError(
+            f"HedgeSpec threshold (weight above which evaluation is skipped) must be in (0, 1], got {threshold!r}"
+        )
+    if isinstance(recheck, bool) or not isinstance(recheck, int) or recheck < 1:
+        raise ValueError(
+            f"HedgeSpec recheck (evaluate at least every recheck rounds) must be an int >= 1, got {recheck!r}"
+        )
+    return float(epsilon)
 
 
 class HedgeSpec(BaseSelector):
@@ -35,6 +87,10 @@ class HedgeSpec(BaseSelector):
         choice: str = "argmax",
         tail_policy: str = "drop",
         seed: int = 0,
+        epsilon: float = 1.0,
+        evaluation: str = "random",
+        threshold: float = 0.9,
+        recheck: int = 8,
     ) -> None:
         super().__init__()
         for val, allowed, what in (
@@ -48,34 +104,90 @@ class HedgeSpec(BaseSelector):
                 raise ValueError(f"HedgeSpec {what} must be one of {list(allowed)}, got {val!r}")
         self.objective, self.learner_name, self.delay, self.choice = objective, learner, delay, choice
         self.tail_policy, self.seed = tail_policy, seed
-        self.name = "hedgespec" if objective == "etap" else "hedgespec_eal"
+        self.epsilon = _check_policy(epsilon, evaluation, threshold, recheck)
+        self.evaluation, self.threshold, self.recheck = evaluation, float(threshold), recheck
+        #: "always" (full information every round, the paper's HedgeSpec), "random" (ε < 1) or "adaptive"
+        self.policy = "adaptive" if evaluation == "adaptive" else ("always" if self.epsilon == 1.0 else "random")
+        base = "hedgespec" if objective == "etap" else "hedgespec_eal"
+        self.name = base + {"always": "", "random": "_le", "adaptive": "_adaptive"}[self.policy]
+        self.evaluated_rounds = 0  # rounds of the current request whose evaluation this selector asked for
 
     def _reset(self) -> None:
         self.rng = request_rng(self.seed, self.ctx.request_id)
         self.ledger = FeedbackLedger(self.n, self.k, self.objective, self.tail_policy)
         if self.delay == "queue":
-            self.reduction: Queued | Bold = Queued(make_learner(self.learner_name, self.n))
+            self.reduction: Queued | Bold = Queued(self._learner())
         else:
             # A round's losses complete at most K positions (≤ K rounds) after it, so K+1 outstanding
             # predictions suffice; 2K+1 (a loss completes at most 2K positions after its decision) is the
             # safe bound.
-            self.reduction = Bold(lambda: make_learner(self.learner_name, self.n), 2 * self.k + 1)
+            self.reduction = Bold(self._learner, 2 * self.k + 1)
         self._weights_of: dict[int, np.ndarray] = {}
         self._remaining: dict[int, int] = {}
+        # label-efficient state: coin stream (its own, so the tie-breaking stream is the ε = 1 one), importance
+        # weight per outstanding ticket, last position whose γ a weighted EAL window needs, evaluation counters
+        self._coins = request_rng(self.seed, self.ctx.request_id).spawn(1)[0] if self.policy == "random" else None
+        self._weight_of: dict[int, float] = {}
+        self._need_through = -1
+        self._since_eval = 0
+        self.evaluated_rounds = 0
+
+    def _learner(self):  # type: ignore[no-untyped-def]
+        if self.policy == "random" and self.learner_name == "hedge":
+            return LabelEfficientHedge(self.n, self.epsilon)  # the step for importance-weighted losses
+        return make_learner(self.learner_name, self.n)
 
     def select(self) -> Decision:
         ticket, w = self.reduction.predict()
         w = np.array(w, copy=True)
         self._weights_of[ticket] = w
         i = argmax_random_ties(w, self.rng) if self.choice == "argmax" else int(self.rng.choice(self.n, p=w))
-        return Decision(i, tuple(float(x) for x in w), ticket)
+        if self.policy == "always":
+            return Decision(i, tuple(float(x) for x in w), ticket)
+        evaluate = self._plan_round(ticket, w)
+        return Decision(i, tuple(float(x) for x in w), ticket, evaluate)
+
+    def _plan_round(self, ticket: int, w: np.ndarray) -> bool:
+        """Draw this round's evaluation (before it runs); store its importance weight; whether to evaluate."""
+        if self.policy == "random":
+            coin = bool(self._coins.random() < self.epsilon)
+            weight = 1.0 / self.epsilon if coin else 0.0
+        else:
+            coin = float(w.max()) < self.threshold or self._since_eval + 1 >= self.recheck
+            weight = 1.0 if coin else 0.0
+        forced = self.objective == "eal" and self._need_through >= self.ledger.verified  # complete weighted windows
+        self._weight_of[ticket] = weight
+        evaluate = coin or forced
+        self._since_eval = 0 if evaluate else self._since_eval + 1
+        self.evaluated_rounds += int(evaluate)
+        return evaluate
 
     def _observe(self, fb: RoundFeedback) -> None:
+        ticket = fb.decision.ticket
+        if self.policy != "always":
+            self._observe_label_efficient(fb, self._weight_of.pop(ticket, 1.0))
+            return
         if fb.gamma is None:
             raise ValueError("HedgeSpec needs full-information feedback: RoundFeedback.gamma is None")
-        ticket = fb.decision.ticket
         self._remaining[ticket] = self._remaining.get(ticket, 0) + int(np.asarray(fb.gamma).shape[0])
         self._apply(self.ledger.add_round(fb.start, fb.gamma, ticket))
+
+    def _observe_label_efficient(self, fb: RoundFeedback, weight: float) -> None:
+        """Weighted γ rows (weight Z/ε, or 1/0 for the adaptive rule) or, without γ, an unobserved round."""
+        ticket = fb.decision.ticket
+        if fb.gamma is None:
+            if fb.decision.evaluate:
+                raise ValueError(
+                    "HedgeSpec asked for this round's evaluation (Decision.evaluate) but RoundFeedback.gamma is None"
+                )
+            rows, completed = int(fb.emitted), self.ledger.add_unobserved(fb.start, int(fb.emitted), ticket)
+        else:
+            rows = int(np.asarray(fb.gamma).shape[0])
+            completed = self.ledger.add_round(fb.start, fb.gamma, ticket, weight=weight)
+        if weight > 0.0 and self.objective == "eal":
+            self._need_through = max(self._need_through, fb.start + rows - 1 + self.k - 1)
+        self._remaining[ticket] = self._remaining.get(ticket, 0) + rows
+        self._apply(completed)
 
     def _apply(self, completed) -> None:  # type: ignore[no-untyped-def]
         for c in completed:
@@ -97,6 +209,10 @@ class HedgeSpec(BaseSelector):
     def state_dict(self) -> dict[str, Any]:
         d = super().state_dict()
         d.update(objective=self.objective, learner=self.learner_name, delay=self.delay, choice=self.choice)
+        if self.policy != "always":
+            d.update(evaluation=self.evaluation, epsilon=self.epsilon, evaluated_rounds=self.evaluated_rounds)
+            if self.policy == "adaptive":
+                d.update(threshold=self.threshold, recheck=self.recheck)
         if self.n:
             d["weights"] = [float(x) for x in self.weights()]
         return d

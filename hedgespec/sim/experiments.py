@@ -91,6 +91,7 @@ def run_pool(cfg: SimConfig, n: int, progress: Callable[[int], None] | None = No
             "mat": float(np.mean([m.mat for m in runs])),
             "avg_regret": float(np.mean([m.regret / m.tokens for m in runs])),
             "oracle_mat": float(np.mean(oracle_mats)),
+            "eval_rate": float(np.mean([m.eval_rate for m in runs])),
             "regret_curve": [float(x) for x in curve],
         }
     return out

@@ -32,10 +32,16 @@ class ReplayResult:
     accepted: list[int] = field(default_factory=list)
     chosen: list[int] = field(default_factory=list)
     weights: list[tuple[float, ...] | None] = field(default_factory=list)
+    evaluated: int = 0  # rounds whose decision asked for the pool evaluation (γ sent to the selector)
 
     @property
     def mat(self) -> float:
         return self.generated / self.rounds if self.rounds else 0.0
+
+    @property
+    def eval_rate(self) -> float:
+        """Share of rounds with a pool evaluation (1 for selectors that always want full information)."""
+        return self.evaluated / self.rounds if self.rounds else 0.0
 
 
 def run_lengths(hit: np.ndarray) -> np.ndarray:
@@ -66,7 +72,9 @@ def replay_greedy(
         accepted = int(min(runs[s, d.drafter], k, total - s - 1))
         emitted = accepted + 1
         res.chosen_per_position[s : s + emitted] = d.drafter
-        selector.observe(RoundFeedback(d, accepted, emitted, s, gamma[s : s + emitted]))
+        seen = gamma[s : s + emitted] if d.evaluate else None  # a skipped evaluation: the chosen outcome only
+        selector.observe(RoundFeedback(d, accepted, emitted, s, seen))
+        res.evaluated += int(d.evaluate)
         res.rounds += 1
         res.accepted.append(accepted)
         res.chosen.append(d.drafter)

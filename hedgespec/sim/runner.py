@@ -3,7 +3,9 @@
 Every selector runs on the *same* requests: in greedy mode the trajectory is identical for all of them
 (lossless decoding), in sampling mode each run uses the request's own random stream (common random
 numbers). Metrics (as in the paper): MAT, and regret against the best fixed drafter in hindsight measured with
-the ETAP loss f_t[i] = 1 − γ_t[i] on the run's own trajectory.
+the ETAP loss f_t[i] = 1 − γ_t[i] on the run's own trajectory. A round whose decision skips the pool evaluation
+(``Decision.evaluate`` False, label-efficient HedgeSpec) sends the selector no γ; regret is still measured on the
+full γ table.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class RunMetrics:
     tokens: int
     cumulative_regret: np.ndarray  # [T] regret curve vs generated tokens
     chosen: list[int]
+    eval_rate: float = 1.0  # share of rounds whose pool evaluation the selector asked for
 
 
 def greedy_table(req: Request) -> tuple[np.ndarray, np.ndarray]:
@@ -53,7 +56,7 @@ def regret_curve(gamma: np.ndarray, chosen_per_position: np.ndarray) -> np.ndarr
 
 def _metrics(gamma: np.ndarray, res: ReplayResult) -> RunMetrics:
     curve = regret_curve(gamma, res.chosen_per_position)
-    return RunMetrics(res.mat, float(curve[-1]), res.generated, curve, res.chosen)
+    return RunMetrics(res.mat, float(curve[-1]), res.generated, curve, res.chosen, res.eval_rate)
 
 
 def run_greedy(  # type: ignore[no-untyped-def]
@@ -112,7 +115,9 @@ def run_sampling(
             gamma[u] = gamma_chain(req.p(u, before), req.q_all(u, before))
             before = emitted_tokens[j]
         chosen_pos[s : s + emitted] = i
-        selector.observe(RoundFeedback(d, accepted, emitted, s, gamma[s : s + emitted]))
+        seen = gamma[s : s + emitted] if d.evaluate else None  # a skipped evaluation: the chosen outcome only
+        selector.observe(RoundFeedback(d, accepted, emitted, s, seen))
+        res.evaluated += int(d.evaluate)
         res.rounds += 1
         res.accepted.append(accepted)
         res.chosen.append(i)
