@@ -4,7 +4,10 @@
     python scripts/bench_learners.py --steps 20000 --out results/bench_learners.json
 
 Goal: NormalHedge ≤ 20 µs per update at N=7 on this CPU (the paper reports 0.41 ms).
-Also times the whole HedgeSpec selector round (select + observe with a K+1-row γ matrix).
+Also times the whole HedgeSpec selector round (select + observe with a K+1-row γ matrix), and one round of a
+batch of B requests at N=8, K=4: B per-request HedgeSpec selectors in a loop (what the SGLang worker does)
+against one BatchedHedgeSpec (hedgespec/selectors/batched.py), in CPU µs per request per round
+(goal: ≤ 2 µs at B=64).
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from hedgespec.learners import Bold, Hedge, NormalHedge, Queued
-from hedgespec.selectors import HedgeSpec
-from hedgespec.types import RoundFeedback
+from hedgespec.selectors import BatchedHedgeSpec, BatchFeedback, HedgeSpec
+from hedgespec.types import RequestContext, RoundFeedback
+
+BATCH_SIZES = (1, 16, 64, 256)
+BATCH_GOAL_US = 2.0  # per request per round at B=64, N=8, K=4
 
 
 def time_learner(make, n: int, steps: int, seed: int = 0) -> tuple[float, float]:
@@ -60,9 +66,79 @@ def time_selector_round(n: int, k: int, rounds: int) -> float:
     return float(np.median(samples))
 
 
+def _batch_streams(b: int, n: int, k: int, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """Full rounds (K+1 emitted tokens, as hedgespec_round) [rounds, b] and uniform γ [rounds, b, K+1, N]."""
+    return np.full((rounds, b), k + 1), np.random.default_rng(2).random((rounds, b, k + 1, n))
+
+
+def time_batched_round(b: int, n: int, k: int, rounds: int) -> float:
+    """Median-of-3 CPU seconds per request per round: one BatchedHedgeSpec select + observe for the batch."""
+    emitted, gamma = _batch_streams(b, n, k, rounds)
+    samples = []
+    for _ in range(3):
+        sel = BatchedHedgeSpec(b, n, k)
+        for slot in range(b):
+            sel.begin(slot, RequestContext(request_id=slot))
+        t0 = time.process_time()
+        for r in range(rounds):
+            dec = sel.select()
+            sel.observe(BatchFeedback(dec.slots, emitted[r] - 1, emitted[r], gamma[r]))
+        samples.append((time.process_time() - t0) / (rounds * b))
+    return float(np.median(samples))
+
+
+def time_per_request_batch_round(b: int, n: int, k: int, rounds: int) -> float:
+    """The same rounds through b per-request HedgeSpec selectors (select for all, then observe for all)."""
+    emitted, gamma = _batch_streams(b, n, k, rounds)
+    samples = []
+    for _ in range(3):
+        sels = [HedgeSpec() for _ in range(b)]
+        for slot, sel in enumerate(sels):
+            sel.begin_request(n, k, RequestContext(request_id=slot))
+        pos = [0] * b
+        t0 = time.process_time()
+        for r in range(rounds):
+            decisions = [sel.select() for sel in sels]
+            for slot, (sel, d) in enumerate(zip(sels, decisions)):
+                e = int(emitted[r, slot])
+                sel.observe(RoundFeedback(d, e - 1, e, pos[slot], gamma[r, slot, :e]))
+                pos[slot] += e
+        samples.append((time.process_time() - t0) / (rounds * b))
+    return float(np.median(samples))
+
+
+def batched_section(rounds: int, n: int = 8, k: int = 4) -> dict:
+    """Per-request loop vs BatchedHedgeSpec for B in BATCH_SIZES: prints the table, returns the JSON block."""
+    loop = {str(b): time_per_request_batch_round(b, n, k, rounds) * 1e6 for b in BATCH_SIZES}
+    batch = {str(b): time_batched_round(b, n, k, rounds) * 1e6 for b in BATCH_SIZES}
+    print(f"\nHedgeSpec round for a batch of B requests (N={n}, K={k}, K+1 emitted tokens, {rounds} rounds):")
+    print("CPU microseconds per request per round (select + observe)")
+    print("| B | per-request loop | batched | speed-up |")
+    print("|---|---|---|---|")
+    for b in BATCH_SIZES:
+        print(f"| {b} | {loop[str(b)]:.2f} | {batch[str(b)]:.2f} | {loop[str(b)] / batch[str(b)]:.1f}x |")
+    at64 = batch["64"]
+    met = at64 <= BATCH_GOAL_US
+    print(
+        f"batched at B=64: {at64:.2f} us per request per round; goal <= {BATCH_GOAL_US} us: "
+        + ("met" if met else "MISSED")
+    )
+    return {
+        "unit": "cpu_us_per_request_round",
+        "n": n,
+        "k": k,
+        "rounds": rounds,
+        "per_request_loop": loop,
+        "batched": batch,
+        "goal_us_at_b64": BATCH_GOAL_US,
+        "goal_met": met,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5000)
+    ap.add_argument("--batch-rounds", type=int, default=100, help="rounds per batch size in the batched section")
     ap.add_argument("--out", type=Path, default=Path("bench_learners.json"))
     args = ap.parse_args()
     learners = {
@@ -99,6 +175,7 @@ def main() -> None:
         "steps": args.steps,
         "results": results,
         "wall_us_per_step": wall,
+        "batched_round": batched_section(args.batch_rounds),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2))

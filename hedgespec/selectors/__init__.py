@@ -7,6 +7,8 @@ from typing import Any
 
 from hedgespec.selectors.bandits import EXP3Spec, MetaSDUCB, UCBSpec
 from hedgespec.selectors.base import BanditSelector, BaseSelector, Selector
+from hedgespec.selectors.batched import BatchDecision, BatchedHedgeSpec, BatchFeedback, SlotBatch
+from hedgespec.selectors.batched_bandits import BatchedEXP3Spec, BatchedUCBSpec
 from hedgespec.selectors.fixed import Fixed, Oracle
 from hedgespec.selectors.hedgespec import HedgeSpec
 from hedgespec.selectors.router import Router, train_router
@@ -42,6 +44,11 @@ __all__ = [
     "SELECTORS",
     "BanditSelector",
     "BaseSelector",
+    "BatchDecision",
+    "BatchFeedback",
+    "BatchedEXP3Spec",
+    "BatchedHedgeSpec",
+    "BatchedUCBSpec",
     "EXP3Spec",
     "Fixed",
     "HedgeSpec",
@@ -49,6 +56,7 @@ __all__ = [
     "Oracle",
     "Router",
     "Selector",
+    "SlotBatch",
     "UCBSpec",
     "make_selector",
     "register_selector",
