@@ -17,6 +17,7 @@ derive from :class:`BanditSelector`, whose ``observe`` is final and hands the su
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 from hedgespec.types import BanditFeedback, Decision, RequestContext, RoundFeedback
@@ -50,6 +51,9 @@ class BaseSelector(ABC):
 
     name: str = "base"
     full_information: bool = False
+    #: only a selector that declares it (the Oracle baseline) sees ``RequestContext.best_drafter``, the best fixed
+    #: drafter in hindsight; every other selector gets the context without it, whatever the runner passes
+    uses_hindsight: bool = False
 
     def __init__(self) -> None:
         self.n = 0
@@ -59,7 +63,10 @@ class BaseSelector(ABC):
 
     def begin_request(self, n_drafters: int, k: int, ctx: RequestContext | None = None) -> None:
         check_request_args(n_drafters, k)
-        self.n, self.k, self.ctx, self.rounds = n_drafters, k, ctx or RequestContext(), 0
+        ctx = ctx or RequestContext()
+        if not self.uses_hindsight and ctx.best_drafter is not None:
+            ctx = replace(ctx, best_drafter=None)
+        self.n, self.k, self.ctx, self.rounds = n_drafters, k, ctx, 0
         self._reset()
 
     @abstractmethod

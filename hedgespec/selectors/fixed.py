@@ -38,6 +38,7 @@ class Oracle(BaseSelector):
     """
 
     name = "oracle"
+    uses_hindsight = True
 
     def _reset(self) -> None:
         best = self.ctx.best_drafter
