@@ -1,4 +1,4 @@
-"""Only the oracle sees the best fixed drafter in hindsight (RequestContext.best_drafter), whatever the runner passes."""
+"""Only the oracle sees the best fixed drafter in hindsight (`RequestContext.best_drafter`)."""
 
 from __future__ import annotations
 
