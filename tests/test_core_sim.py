@@ -22,9 +22,9 @@ from hedgespec.sim.runner import _residual
 
 def test_pool_composition_is_realistic():
     names = [d.name for d in make_pool(56)]
-    assert names[:8] == ["python", "math", "biology", "chemistry", "medqa", "cnndm", "sql", "general"]
+    assert names[:8] == ["general", "python", "math", "biology", "chemistry", "medqa", "cnndm", "sql"]
     assert sum(n.startswith("sql") for n in names) >= 7  # the expert plus weaker variants
-    assert [d.name for d in make_pool(2)] == ["python", "general"]
+    assert [d.name for d in make_pool(2)] == ["general", "python"]
 
 
 def test_experts_win_at_home_and_lose_away():
@@ -38,9 +38,9 @@ def test_experts_win_at_home_and_lose_away():
         mats[:, req.domain] += m
         counts[req.domain] += 1
     mats /= counts
-    for d in range(7):
-        assert mats[d, d] > mats[7, d]  # expert beats the generalist in its domain
-        assert mats[d, d] > np.mean(np.delete(mats[d], d))  # and does worse away
+    for d in range(7):  # drafter 0 is the generalist, drafter d + 1 the expert of domain d
+        assert mats[d + 1, d] > mats[0, d]  # expert beats the generalist in its domain
+        assert mats[d + 1, d] > np.mean(np.delete(mats[d + 1], d))  # and does worse away
 
 
 def test_greedy_replay_matches_fixed_drafter_bruteforce():

@@ -6,8 +6,14 @@ long context a real LLM conditions on (without it greedy decoding of a first-ord
 A drafter trained on domain h models the target as β (B + A_h)[x] + ρ τ z_u + σ ζ_u (it sees the
 context only partly, ρ < 1, and has its own error σ): in its home domain it is close to the target,
 elsewhere it carries the wrong domain component. The generalist knows every domain partly,
-β (B + λ A_d)[x]. A realistic pool (see :func:`make_pool`) has one expert per domain, the generalist and
+β (B + λ A_d)[x]. A realistic pool (see :func:`make_pool`) has the generalist, one expert per domain and
 weaker variants of the experts (larger σ), not a rigged case.
+
+Pools are nested and requests common across pool sizes (common random numbers): the pool of n drafters is the
+first n of the canonical order, drafter i's parameters (E_i) and its context noise (ζ_{i,u}) come from streams
+keyed by (seed, i), and a request's target side (domain, first token, z_u) and its per-position sampling coins
+come from the request's seed alone. So the n-drafter world is exactly the first n drafters of any larger one, on
+the same requests, and comparisons across N compare the same randomness.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 DOMAINS = ("python", "math", "biology", "chemistry", "medqa", "cnndm", "sql")
+CONTEXT_PAD = 64  # positions drawn past a request's length: a round may draft (and take a bonus) beyond its end
 
 
 @dataclass(frozen=True)
@@ -61,24 +68,22 @@ class MarkovWorld:
 
 
 def make_pool(n: int, n_domains: int = len(DOMAINS)) -> list[DrafterSpec]:
-    """The first n drafters of the canonical pool: experts, generalist, then weaker variants."""
-    if not isinstance(n, int) or n < 1:
+    """The first n drafters of the canonical pool: the generalist, one expert per domain, then weaker variants.
+
+    The generalist comes first so that every pool holds it (a pool of 2 = generalist + one expert) and every
+    pool is a prefix of every larger one (nested pools: make_pool(n) == make_pool(m)[:n] for n <= m).
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"pool size n must be an int >= 1, got {n!r}")
+    if not isinstance(n_domains, int) or n_domains < 1:
+        raise ValueError(f"n_domains must be an int >= 1, got {n_domains!r}")
     names = list(DOMAINS[:n_domains]) + [f"domain{j}" for j in range(len(DOMAINS), n_domains)]
-    specs: list[DrafterSpec] = []
-    if n == 1:
-        return [DrafterSpec("general", -1, 0.5, 0.6)]
-    # n = 2..: the generalist always sits in the pool, experts first (a pool of 2 = one expert + generalist).
-    experts = [DrafterSpec(f"{names[d]}", d, 0.5) for d in range(n_domains)]
-    specs = experts[: min(n - 1, n_domains)] + [DrafterSpec("general", -1, 0.5, 0.6)]
+    specs = [DrafterSpec("general", -1, 0.5, 0.6)] + [DrafterSpec(names[d], d, 0.5) for d in range(n_domains)]
     level = 1
     while len(specs) < n:
-        for d in range(n_domains):
-            if len(specs) == n:
-                break
-            specs.append(DrafterSpec(f"{names[d]}-weak{level}", d, 0.5 + 0.5 * level))
+        specs += [DrafterSpec(f"{names[d]}-weak{level}", d, 0.5 + 0.5 * level) for d in range(n_domains)]
         level += 1
-    return specs
+    return specs[:n]
 
 
 def make_world(
@@ -91,15 +96,18 @@ def make_world(
     rho: float = 0.85,
     seed: int = 0,
 ) -> MarkovWorld:
-    """Build the world deterministically from ``seed``; the same seed gives the same targets for every n."""
-    if vocab < 2:
-        raise ValueError(f"vocab must be >= 2, got {vocab}")
+    """Build the world deterministically from ``seed``: the same targets for every n, and nested drafters.
+
+    Drafter i's training error E_i comes from its own stream keyed by (seed, i), so the first n drafters of a
+    world of m >= n drafters are exactly the n-drafter world.
+    """
+    if not isinstance(vocab, int) or vocab < 2:
+        raise ValueError(f"vocab must be an int >= 2, got {vocab!r}")
     rng = np.random.default_rng(seed)
     base = rng.standard_normal((vocab, vocab))
     domain = domain_scale * rng.standard_normal((n_domains, vocab, vocab))
     specs = make_pool(n_drafters, n_domains)
-    err_rng = np.random.default_rng([seed, 1])
-    errors = err_rng.standard_normal((len(specs), vocab, vocab))  # drafter i's error depends on i only
+    errors = np.stack([np.random.default_rng([seed, 1, i]).standard_normal((vocab, vocab)) for i in range(len(specs))])
     return MarkovWorld(vocab, beta, tau, rho, base, domain, specs, errors)
 
 
@@ -111,7 +119,13 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Request:
-    """One request: domain, length, and its context field (z_u, ζ_{i,u}) drawn from its own seed."""
+    """One request: domain, length, its context field (z_u, ζ_{i,u}) and sampling coins, drawn from its seed.
+
+    The target side (first token, z_u) and the coins depend on the request's seed only, never on the pool;
+    drafter i's noise ζ_{i,u} has its own stream keyed by (seed, i). ``coins[u]`` holds position u's three
+    uniforms (draft, accept, resample) for chain speculative sampling (hedgespec/sim/runner.py): every run,
+    whatever its selector or pool size, spends the same coins at the same generated position.
+    """
 
     domain: int
     length: int
@@ -120,11 +134,16 @@ class Request:
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng([self.seed, 7])
-        horizon = self.length + 64
+        self.horizon = self.length + CONTEXT_PAD
         w = self.world
-        self.z = w.tau * rng.standard_normal((horizon, w.vocab))
-        self.zeta = rng.standard_normal((horizon, w.n_drafters, w.vocab))
         self.first = int(rng.integers(w.vocab))
+        self.z = w.tau * rng.standard_normal((self.horizon, w.vocab))
+        noise = [
+            np.random.default_rng([self.seed, 8, i]).standard_normal((self.horizon, w.vocab))
+            for i in range(w.n_drafters)
+        ]
+        self.zeta = np.stack(noise, axis=1)  # [horizon, N, V]
+        self.coins = np.random.default_rng([self.seed, 11]).random((self.horizon, 3))
         self._tl = w.target_logits(self.domain)
         self._dl = w.drafter_logits(self.domain)
         self._sig = np.array([s.sigma for s in w.drafters])

@@ -1,11 +1,13 @@
 """Run selectors on simulated requests, greedy (exact replay) or sampling (chain speculative sampling).
 
 Every selector runs on the *same* requests: in greedy mode the trajectory is identical for all of them
-(lossless decoding), in sampling mode each run uses the request's own random stream (common random
-numbers). Metrics (as in the paper): MAT, and regret against the best fixed drafter in hindsight measured with
-the ETAP loss f_t[i] = 1 − γ_t[i] on the run's own trajectory. A round whose decision skips the pool evaluation
-(``Decision.evaluate`` False, label-efficient HedgeSpec) sends the selector no γ; regret is still measured on the
-full γ table.
+(lossless decoding); in sampling mode every run spends the request's per-position coins (``Request.coins``:
+draft, accept and resample uniforms of generated position u), whatever its selector or pool size (common random
+numbers). Each position is emitted once per run, so each of its coins is used at most once and the run is
+exact chain speculative sampling. Metrics (as in the paper): MAT, and regret against the best fixed drafter in
+hindsight measured with the ETAP loss f_t[i] = 1 − γ_t[i] on the run's own trajectory. A round whose decision
+skips the pool evaluation (``Decision.evaluate`` False, label-efficient HedgeSpec) sends the selector no γ;
+regret is still measured on the full γ table.
 """
 
 from __future__ import annotations
@@ -72,56 +74,75 @@ def _residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return r / s if s > 0 else p
 
 
+def _inverse_cdf(probs: np.ndarray, coin: float) -> int:
+    """The token a uniform ``coin`` in [0, 1) picks from ``probs`` (inverse-CDF sampling)."""
+    cdf = np.cumsum(probs)
+    tok = int(np.searchsorted(cdf, coin * cdf[-1], side="right"))
+    return min(tok, int(np.flatnonzero(probs)[-1]))  # rounding at coin -> 1 never picks a zero-mass token
+
+
+def sample_round(req: Request, i: int, s: int, prev: int, k: int) -> tuple[list[int], int]:
+    """One round of chain speculative sampling (Leviathan et al. 2023; Chen et al. 2023) by drafter ``i``.
+
+    Drafts from generated position ``s`` after token ``prev``: d_j ~ q_i with position u's draft coin, accepted
+    w.p. min(1, p/q) with its accept coin, else replaced by a draw from the residual (p − q)+ with its resample
+    coin; after K accepted drafts the bonus token at s+K is drawn from p with that position's resample coin.
+    Returns (emitted tokens, accepted count).
+    """
+    tokens: list[int] = []
+    ctx_tok = prev
+    for j in range(k):
+        u = s + j
+        q, p = req.q(i, u, ctx_tok), req.p(u, ctx_tok)
+        c_draft, c_accept, c_resample = req.coins[u]
+        tok = _inverse_cdf(q, c_draft)
+        if c_accept >= min(1.0, p[tok] / q[tok]):
+            tokens.append(_inverse_cdf(_residual(p, q), c_resample))
+            return tokens, j
+        tokens.append(tok)
+        ctx_tok = tok
+    tokens.append(_inverse_cdf(req.p(s + k, ctx_tok), req.coins[s + k, 2]))  # bonus token
+    return tokens, k
+
+
+def _record_gamma(req: Request, gamma: np.ndarray, s: int, prev: int, tokens: list[int]) -> None:
+    """Counterfactual γ of every drafter on the verified tokens (Theorem 1 of the paper), rows s.. of gamma."""
+    before = prev
+    for j, tok in enumerate(tokens):
+        gamma[s + j] = gamma_chain(req.p(s + j, before), req.q_all(s + j, before))
+        before = tok
+
+
 def run_sampling(
     req: Request, selector: Selector, k: int, ctx: RequestContext | None = None, record_gamma: bool = True
 ) -> RunMetrics:
-    """Chain speculative sampling (Leviathan/Chen): accept d_j w.p. min(1, p/q), else resample the residual.
+    """Chain speculative sampling over ``req`` with ``selector`` choosing each round's drafter.
 
     ``record_gamma=False`` skips the all-drafter γ (only for selectors that never read it, e.g. the
     oracle's Fixed(i) runs); regret is then reported as 0.
     """
-    rng = np.random.default_rng([req.seed, 11])
     total, n = req.length, req.world.n_drafters
+    if not isinstance(k, int) or k < 1 or total + k > req.horizon:
+        raise ValueError(f"k must be an int in [1, {req.horizon - total}] (the request's context horizon), got {k!r}")
     selector.begin_request(n, k, ctx)
     gamma = np.zeros((total, n))
-    chosen_pos = np.zeros(total, dtype=np.int64)
-    res = ReplayResult(0, 0, chosen_pos)
+    res = ReplayResult(0, 0, np.zeros(total, dtype=np.int64))
     s, prev = 0, req.first
     while s < total:
         d = selector.select()
-        i = d.drafter
-        emitted_tokens: list[int] = []
-        ctx_tok, accepted = prev, 0
-        for j in range(k):
-            u = s + j
-            q = req.q(i, u, ctx_tok)
-            p = req.p(u, ctx_tok)
-            tok = int(rng.choice(req.world.vocab, p=q))
-            if rng.random() < min(1.0, p[tok] / q[tok]):
-                emitted_tokens.append(tok)
-                accepted += 1
-                ctx_tok = tok
-            else:
-                emitted_tokens.append(int(rng.choice(req.world.vocab, p=_residual(p, q))))
-                break
-        else:
-            emitted_tokens.append(int(rng.choice(req.world.vocab, p=req.p(s + k, ctx_tok))))  # bonus token
-        emitted = min(len(emitted_tokens), total - s)
+        tokens, accepted = sample_round(req, d.drafter, s, prev, k)
+        emitted = min(len(tokens), total - s)
         accepted = min(accepted, emitted)
-        before = prev
-        # counterfactual γ of every drafter on the verified trajectory (Theorem 1 of the paper)
-        for j in range(emitted if record_gamma else 0):
-            u = s + j
-            gamma[u] = gamma_chain(req.p(u, before), req.q_all(u, before))
-            before = emitted_tokens[j]
-        chosen_pos[s : s + emitted] = i
+        if record_gamma:
+            _record_gamma(req, gamma, s, prev, tokens[:emitted])
+        res.chosen_per_position[s : s + emitted] = d.drafter
         seen = gamma[s : s + emitted] if d.evaluate else None  # a skipped evaluation: the chosen outcome only
         selector.observe(RoundFeedback(d, accepted, emitted, s, seen))
         res.evaluated += int(d.evaluate)
         res.rounds += 1
         res.accepted.append(accepted)
-        res.chosen.append(i)
-        prev = emitted_tokens[emitted - 1]
+        res.chosen.append(d.drafter)
+        prev = tokens[emitted - 1]
         s += emitted
     selector.end_request()
     res.generated = total
