@@ -33,13 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from hedgespec.feedback import OBJECTIVES, TAIL_POLICIES
 from hedgespec.feedback_batched import BatchedLedger, CompletedBatch, check_gamma_batch, prefix_table
-from hedgespec.learners import LEARNERS
 from hedgespec.learners_batched import BoldBatch, HedgeBank, NormalHedgeBank, QueuedBatch
 from hedgespec.selectors._rng import request_rng
 from hedgespec.selectors.base import check_request_args
-from hedgespec.selectors.hedgespec import CHOICES, DELAYS
+from hedgespec.selectors.hedgespec import check_options
 from hedgespec.types import Decision, RequestContext, RoundFeedback
 
 _TIE = 1e-15  # hedgespec.selectors._rng.argmax_random_ties: entries within this of the maximum tie
@@ -290,15 +288,7 @@ class BatchedHedgeSpec(SlotBatch):
         tail_policy: str = "drop",
         seed: int = 0,
     ) -> None:
-        for val, allowed, what in (
-            (objective, OBJECTIVES, "objective"),
-            (learner, tuple(LEARNERS), "learner"),
-            (delay, DELAYS, "delay"),
-            (choice, CHOICES, "choice"),
-            (tail_policy, TAIL_POLICIES, "tail_policy"),
-        ):
-            if val not in allowed:
-                raise ValueError(f"HedgeSpec {what} must be one of {list(allowed)}, got {val!r}")
+        check_options(objective, learner, delay, choice, tail_policy)
         super().__init__(capacity, n_drafters, k, seed)
         self.objective, self.learner_name, self.delay, self.choice = objective, learner, delay, choice
         self.tail_policy = tail_policy

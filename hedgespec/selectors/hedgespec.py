@@ -75,6 +75,19 @@ def _check_policy(epsilon: float, evaluation: str, threshold: float, recheck: in
     return float(epsilon)
 
 
+def check_options(objective: str, learner: str, delay: str, choice: str, tail_policy: str) -> None:
+    """HedgeSpec's string options (shared by the per-request and the batched selector); a bad one is named."""
+    for val, allowed, what in (
+        (objective, OBJECTIVES, "objective"),
+        (learner, tuple(LEARNERS), "learner"),
+        (delay, DELAYS, "delay"),
+        (choice, CHOICES, "choice"),
+        (tail_policy, TAIL_POLICIES, "tail_policy"),
+    ):
+        if val not in allowed:
+            raise ValueError(f"HedgeSpec {what} must be one of {list(allowed)}, got {val!r}")
+
+
 class HedgeSpec(BaseSelector):
     name = "hedgespec"
     full_information = True
@@ -93,15 +106,7 @@ class HedgeSpec(BaseSelector):
         recheck: int = 8,
     ) -> None:
         super().__init__()
-        for val, allowed, what in (
-            (objective, OBJECTIVES, "objective"),
-            (learner, tuple(LEARNERS), "learner"),
-            (delay, DELAYS, "delay"),
-            (choice, CHOICES, "choice"),
-            (tail_policy, TAIL_POLICIES, "tail_policy"),
-        ):
-            if val not in allowed:
-                raise ValueError(f"HedgeSpec {what} must be one of {list(allowed)}, got {val!r}")
+        check_options(objective, learner, delay, choice, tail_policy)
         self.objective, self.learner_name, self.delay, self.choice = objective, learner, delay, choice
         self.tail_policy, self.seed = tail_policy, seed
         self.epsilon = _check_policy(epsilon, evaluation, threshold, recheck)
