@@ -124,6 +124,7 @@ def test_fast_mode_end_to_end_on_the_tiny_target(tmp_path: Path) -> None:
 
     assert load_pool(t / "pools" / "smollm2-quick.yaml").names == ["chemistry", "general"]
     runs = sorted((t / "multirun").glob("smollm2-quick-*/*/results.json"))
-    assert len(runs) == 3, runs
+    assert len(runs) == 4, runs  # plain decoding (selector=none) and three selectors
     table = next((t / "multirun").glob("smollm2-quick-*/report/table.md")).read_text()
-    assert all(s in table for s in ("hedgespec", "eagle", "ucbspec")) and table.strip() in out.stdout
+    assert all(s in table for s in ("none", "hedgespec", "eagle", "ucbspec")) and table.strip() in out.stdout
+    assert "× plain" in table  # every speculative run is measured side by side with plain decoding
