@@ -43,3 +43,27 @@ def sampling(**over: Any) -> SamplingParams:
 
 
 GREEDY = sampling()
+
+
+class Recorder:
+    """Wraps a selector and keeps every RoundFeedback it observes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.feedback = inner, []
+        self.name, self.full_information = inner.name, inner.full_information
+
+    def begin_request(self, *a: Any, **kw: Any) -> None:
+        self.inner.begin_request(*a, **kw)
+
+    def select(self) -> Any:
+        return self.inner.select()
+
+    def observe(self, fb: Any) -> None:
+        self.feedback.append(fb)
+        self.inner.observe(fb)
+
+    def end_request(self) -> None:
+        self.inner.end_request()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from _engine_helpers import GREEDY, decoding, sampling
+from _engine_helpers import GREEDY, Recorder, decoding, sampling
 
 from hedgespec.engine import DrafterPool, SpeculativeEngine, TargetModel
 from hedgespec.engine.eagle3 import stacked_forward
@@ -109,28 +109,6 @@ def _engine(model, heads, sel, mode="chain", **kw):
     return SpeculativeEngine(model, heads, sel, decoding(mode, 3, 2, 6), **kw)
 
 
-class _Recorder:
-    def __init__(self, inner):
-        self.inner, self.feedback = inner, []
-        self.name, self.full_information = inner.name, inner.full_information
-
-    def begin_request(self, *a, **kw):
-        self.inner.begin_request(*a, **kw)
-
-    def select(self):
-        return self.inner.select()
-
-    def observe(self, fb):
-        self.feedback.append(fb)
-        self.inner.observe(fb)
-
-    def end_request(self):
-        self.inner.end_request()
-
-    def state_dict(self):
-        return self.inner.state_dict()
-
-
 @pytest.mark.parametrize("mode", ["chain", "tree"])
 @pytest.mark.parametrize("eps", [0.5, 0.25, 0.1])
 def test_greedy_output_matches_transformers(model, heads, mode, eps):
@@ -142,7 +120,7 @@ def test_greedy_output_matches_transformers(model, heads, mode, eps):
 
 
 def test_skipped_rounds_send_no_gamma_and_evaluated_ones_match_the_eager_engine(model, heads):
-    rec = _Recorder(make_selector("hedgespec", epsilon=0.3, seed=1))
+    rec = Recorder(make_selector("hedgespec", epsilon=0.3, seed=1))
     eng = _engine(model, heads, rec)
     eng.generate(PROMPT, 40, GREEDY)
     ref = _engine(model, heads, make_selector("hedgespec"))

@@ -8,14 +8,13 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from _engine_helpers import GREEDY, decoding, sampling
+from _engine_helpers import GREEDY, Recorder, decoding, sampling
 
 from hedgespec.acceptance import gamma_chain, gamma_greedy, gamma_tree
 from hedgespec.engine import DrafterPool, SpeculativeEngine, TargetModel
 from hedgespec.engine.verify import target_probs
 from hedgespec.fixtures import agreeing_drafter, greedy_reference, random_drafter, tiny_llama
 from hedgespec.selectors import make_selector
-from hedgespec.types import Decision, RoundFeedback
 
 torch.set_num_threads(1)
 
@@ -76,30 +75,6 @@ def test_gamma_matches_acceptance_module(model):
                 np.testing.assert_allclose(got[:, i], want, atol=1e-5)
 
 
-class _Recorder:
-    """Wraps a selector and keeps every RoundFeedback."""
-
-    def __init__(self, inner):
-        self.inner, self.feedback = inner, []
-        self.name, self.full_information = inner.name, inner.full_information
-
-    def begin_request(self, n, k, ctx=None):
-        self.inner.begin_request(n, k, ctx)
-
-    def select(self) -> Decision:
-        return self.inner.select()
-
-    def observe(self, fb: RoundFeedback) -> None:
-        self.feedback.append(fb)
-        self.inner.observe(fb)
-
-    def end_request(self):
-        self.inner.end_request()
-
-    def state_dict(self):
-        return self.inner.state_dict()
-
-
 @pytest.mark.parametrize("mode", ["chain", "tree"])
 def test_chosen_gamma_matches_verification(model, mode):
     """Greedy: the chosen head's γ at a round's first position is 1 iff its first draft level was accepted.
@@ -109,7 +84,7 @@ def test_chosen_gamma_matches_verification(model, mode):
     """
     prompts = [torch.tensor([1, 5, 7, 9, 3])]
     heads = [agreeing_drafter(model, prompts, seed=0, steps=300), random_drafter(model, seed=1)]
-    rec = _Recorder(make_selector("hedgespec"))
+    rec = Recorder(make_selector("hedgespec"))
     eng = SpeculativeEngine(model, heads, rec, decoding(mode, 4, 3, 8))
     eng.generate(prompts[0], 30, GREEDY)
     assert any(fb.accepted > 0 for fb in rec.feedback)
