@@ -11,6 +11,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from hedgespec.bench.report import run_table, write_run
+from hedgespec.bench.run_files import request_log_metrics
 from hedgespec.bench.runners import run_bench
 from hedgespec.io import portable_paths, write_json_atomic
 from hedgespec.tracking import make_logger
@@ -26,6 +27,43 @@ def note_trace(trace: str | Path, res: Mapping[str, Any]) -> Path:
         )
     meta["commands"].append(portable_paths(res["command"]))
     return write_json_atomic(meta, meta_path)
+
+
+def open_logger(cfg: Mapping[str, Any], run_dir: Path) -> Any:
+    """The run's logger, opened before the first request; wandb runs get a sweep group and pool/selector tags."""
+    logger_cfg = dict(cfg.get("logger") or {"name": "none"})
+    name = logger_cfg.pop("name", "none")
+    if name == "wandb":
+        sel = cfg.get("selector") or {}
+        tags = [
+            f"pool:{(cfg.get('pool') or {}).get('name')}",
+            f"selector:{sel.get('label') or sel.get('name')}",
+            f"workload:{(cfg.get('workload') or {}).get('name')}",
+            f"backend:{(cfg.get('backend') or {}).get('name', 'engine')}",
+        ]
+        logger_cfg["tags"] = [*tags, *(logger_cfg.get("tags") or [])]
+        logger_cfg["group"] = logger_cfg.get("group") or _sweep_group()
+        logger_cfg.setdefault("job_type", "bench")
+    return make_logger(name, run_dir, {k: v for k, v in cfg.items() if k != "hydra"}, **logger_cfg)
+
+
+def _sweep_group() -> str | None:
+    """The Hydra multirun's sweep directory name (one group per ``-m`` sweep); None outside a multirun."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+    except (ImportError, ValueError):  # not under @hydra.main (tests, library use)
+        return None
+    return Path(str(hc.sweep.dir)).name if str(hc.mode) == "RunMode.MULTIRUN" else None
+
+
+def log_artifacts(logger: Any, cfg: Mapping[str, Any], res: Mapping[str, Any], files: Mapping[str, str]) -> None:
+    """Results (JSON, table, plots) as one artifact; the pool manifest as another when the pool has one."""
+    logger.log_artifact(f"results-{Path(files['results.json']).parent.name}", "bench-results", list(files.values()))
+    manifest = (cfg.get("pool") or {}).get("manifest")
+    if manifest and Path(manifest).is_file():
+        logger.log_artifact(f"pool-{res['pool']['name']}", "pool-manifest", [manifest])
 
 
 def bench_main(
@@ -49,16 +87,22 @@ def bench_main(
         cfg["selector"] = {**cfg["selector"], "label": selector_choice}
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    logger = open_logger(cfg, run_dir)
     bar = tqdm(desc="bench", unit="req", disable=not cfg.get("progress", True) or not sys.stderr.isatty())
-    res = run_bench(cfg, command=command, progress=lambda j, rec: bar.update(1), **inject)
-    bar.close()
-    logger_cfg = dict(cfg.get("logger") or {"name": "none"})
-    name = logger_cfg.pop("name", "none")
-    logger = make_logger(name, run_dir, {k: v for k, v in cfg.items() if k != "hydra"}, **logger_cfg)
-    files = write_run(run_dir, res, logger)
-    if cfg.get("trace"):
-        note_trace(cfg["trace"], res)
-    logger.finish()
+
+    def progress(j: int, rec: Mapping[str, Any]) -> None:
+        bar.update(1)
+        logger.log(request_log_metrics(rec), step=j)  # live: a crashed run keeps the requests it finished
+
+    try:
+        res = run_bench(cfg, command=command, progress=progress, **inject)
+        bar.close()
+        files = write_run(run_dir, res, logger, requests_logged=True)
+        if cfg.get("trace"):
+            note_trace(cfg["trace"], res)
+        log_artifacts(logger, cfg, res, files)
+    finally:
+        logger.finish()
     print(run_table(res))
     print("files: " + ", ".join(sorted(Path(f).name for f in files.values())) + f" in {run_dir}")
     return res

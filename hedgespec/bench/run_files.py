@@ -23,10 +23,17 @@ FIGURES = ("mat_by_domain.png", "regret.png", "weights.png", "timeline.png")
 REQUEST_LOG_KEYS = ("mat", "tokens_per_s", "target_forwards_per_token", "avg_regret", "selection_overhead")
 
 
-def log_run(logger: Any, res: Mapping[str, Any], files: Mapping[str, str]) -> None:
-    """Per-request metrics (one step each), then the aggregates, per-domain MATs, router accuracy and the PNGs."""
-    for j, q in enumerate(res["requests"]):
-        logger.log({f"request/{k}": q[k] for k in REQUEST_LOG_KEYS if q.get(k) is not None}, step=j)
+def request_log_metrics(q: Mapping[str, Any]) -> dict[str, Any]:
+    """One request's logged metrics: ``request/<key>`` for :data:`REQUEST_LOG_KEYS` it has."""
+    return {f"request/{k}": q[k] for k in REQUEST_LOG_KEYS if q.get(k) is not None}
+
+
+def log_run(logger: Any, res: Mapping[str, Any], files: Mapping[str, str], requests_logged: bool = False) -> None:
+    """Per-request metrics (one step each, unless logged live already), then the aggregates, per-domain MATs,
+    router accuracy and the PNGs."""
+    if not requests_logged:
+        for j, q in enumerate(res["requests"]):
+            logger.log(request_log_metrics(q), step=j)
     agg = {f"bench/{k}": v for k, v in res["aggregate"].items() if isinstance(v, (int, float)) and v is not None}
     agg.update({f"domain/{d}/mat": a["mat"] for d, a in res["per_domain"].items()})
     if res.get("router") and res["router"].get("accuracy") is not None:
@@ -36,7 +43,9 @@ def log_run(logger: Any, res: Mapping[str, Any], files: Mapping[str, str]) -> No
         logger.log_image(name.removesuffix(".png"), files[name])
 
 
-def write_run(run_dir: str | Path, res: Mapping[str, Any], logger: Any = None) -> dict[str, str]:
+def write_run(
+    run_dir: str | Path, res: Mapping[str, Any], logger: Any = None, requests_logged: bool = False
+) -> dict[str, str]:
     """Write ``results.json``, ``results.md`` and the PNG set into ``run_dir``; log them when a logger is given."""
     validate_result(res)
     run_dir = Path(run_dir)
@@ -49,5 +58,5 @@ def write_run(run_dir: str | Path, res: Mapping[str, Any], logger: Any = None) -
     files["weights.png"] = str(plot_weights(res, run_dir / "weights.png"))
     files["timeline.png"] = str(plot_timeline(res, run_dir / "timeline.png"))
     if logger is not None:
-        log_run(logger, res, files)
+        log_run(logger, res, files, requests_logged)
     return files

@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -408,11 +408,16 @@ def _run_requests(
         bool(cfg.get("save_rounds", True)),
         cfg.get("trace") or None,
     )
-    if conc > 1:
+    if conc > 1:  # progress(k, record) in completion order (k counts finished requests: loggers need rising steps)
         with ThreadPoolExecutor(conc) as ex:
-            return list(
-                ex.map(lambda a: runner.run_one(a[1], a[0], need_oracle, save_rounds, trace_path), enumerate(requests))
-            )
+            futs = [
+                ex.submit(runner.run_one, req, j, need_oracle, save_rounds, trace_path)
+                for j, req in enumerate(requests)
+            ]
+            for k, fut in enumerate(as_completed(futs)):
+                if progress is not None:
+                    progress(k, fut.result())
+            return [f.result() for f in futs]
     records = []
     for j, req in enumerate(requests):
         records.append(runner.run_one(req, j, need_oracle, save_rounds, trace_path))
