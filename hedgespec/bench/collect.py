@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hedgespec.bench.metrics import RESULT_FORMAT, validate_result
-from hedgespec.bench.tables import collection_table, goals, goals_table
+from hedgespec.bench.tables import collection_table, goals, goals_table, with_fixed_mats
 from hedgespec.io import write_json_atomic, write_text_atomic
 from hedgespec.plots import plot_bench_regret, plot_mat_by_domain
 
@@ -86,6 +86,7 @@ def write_collection(results: Sequence[Mapping[str, Any]], out_dir: str | Path) 
     """One table (``table.md``), ``summary.json`` and per-workload figures for a sweep/multirun."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    results = with_fixed_mats(results)
     text = "# Bench collection\n\n" + collection_table(results)
     g = goals(results)
     if g:

@@ -14,12 +14,21 @@ Per request (``request_metrics``):
   one target forward (``evaluate_x_verify``, ``update_x_verify``).
 * ``oracle_drafter`` / ``oracle_mat`` / ``fixed_mats``: best fixed drafter in hindsight by MAT and every
   fixed drafter's MAT on the request (when the runner computed them).
+* ``mat_regret`` / ``accepted_regret``: regret in the quantity the bandits optimise, accepted tokens
+  (:func:`mat_regret_fields`): the best fixed drafter's MAT on the request minus the selector's MAT, and that gap
+  times the request's rounds (the tokens the best fixed drafter would have accepted more over as many rounds).
+  Measured when ``fixed_mats`` is known (``oracle_probe=true``, or borrowed from an oracle run on the same greedy
+  requests by :func:`hedgespec.bench.tables.with_fixed_mats`); the ETAP ``regret`` is the second measure.
+* ``dropped``: names of the drafters dropped for the request because they failed (raised, or gave non-finite
+  values; :meth:`hedgespec.engine.pool.DrafterPool.drop`), engine backend; aggregated as ``dropped``
+  {name: requests in which it was dropped} (``{}`` when none failed, ``None`` when no request recorded it).
 * ``plain_generated`` / ``plain_wall_s`` / ``matches_plain``: plain decoding of the same request with the target
   alone, right after it (``plain_baseline``); aggregated as ``plain_tokens_per_s`` and ``speedup_vs_plain``
   (tokens/s over plain tokens/s, side by side in one run) and ``plain_match_rate`` (greedy outputs equal).
 
 Aggregates pool tokens and rounds over requests (``mat`` = Σ generated / Σ rounds) and also report
-per-request means. Torch-free.
+per-request means (``mat_regret`` is the per-request mean, ``accepted_regret`` the total over requests).
+Torch-free.
 """
 
 from __future__ import annotations
@@ -54,6 +63,20 @@ def regret_from_trace(gamma: Sequence[Sequence[float]], rounds: Sequence[Mapping
     curve = regret_curve(g, chosen_per_position(rounds, len(g)))
     best = int(np.argmin((1.0 - g).sum(axis=0)))
     return curve, best
+
+
+def mat_regret_fields(mat: float, rounds: int, fixed_mats: Sequence[float] | None) -> dict[str, float | None]:
+    """Regret in accepted tokens against the best fixed drafter in hindsight on one request.
+
+    ``mat_regret`` = max_i MAT_i − MAT (MAT_i: drafter i alone on the same request), ``accepted_regret`` =
+    ``rounds`` × that gap: the drafts the best fixed drafter would have had accepted more over the selector's
+    rounds. Negative when the selector beat every fixed drafter (possible: it may switch within the request).
+    ``None`` without ``fixed_mats`` or rounds.
+    """
+    if not fixed_mats or not rounds:
+        return {"mat_regret": None, "accepted_regret": None}
+    gap = max(float(m) for m in fixed_mats) - float(mat)
+    return {"mat_regret": gap, "accepted_regret": gap * int(rounds)}
 
 
 def overhead(timings: Mapping[str, float]) -> dict[str, float | None]:
@@ -123,6 +146,7 @@ def request_metrics(
             else [None if w is None else [_r(x) for x in w] for w in weights]
         )
     rec.update(extra)
+    rec.update(mat_regret_fields(rec["mat"], rec["rounds"], rec.get("fixed_mats")))
     return rec
 
 
@@ -145,6 +169,28 @@ def plain_summary(records: Sequence[Mapping[str, Any]], tokens_per_s: float | No
         "speedup_vs_plain": tokens_per_s / ptps if tokens_per_s and ptps else None,
         "plain_match_rate": sum(matched) / len(matched) if matched else None,
     }
+
+
+def regret_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``mat_regret`` (mean over the requests that have it), ``accepted_regret`` (their total) and how many."""
+    with_mat = [r for r in records if r.get("mat_regret") is not None]
+    return {
+        "mat_regret": _mean(r["mat_regret"] for r in with_mat),
+        "accepted_regret": float(sum(float(r["accepted_regret"]) for r in with_mat)) if with_mat else None,
+        "n_mat_regret": len(with_mat),
+    }
+
+
+def dropped_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
+    """{drafter: number of requests in which it was dropped}; ``None`` when no record has ``dropped``."""
+    seen = [r["dropped"] for r in records if r.get("dropped") is not None]
+    if not seen:
+        return None
+    out: dict[str, int] = {}
+    for names in seen:
+        for name in names:
+            out[str(name)] = out.get(str(name), 0) + 1
+    return dict(sorted(out.items()))
 
 
 def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -174,6 +220,8 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "avg_regret": (sum(float(r["regret"]) for r in with_regret) / sum(int(r["generated"]) for r in with_regret))
         if with_regret and sum(int(r["generated"]) for r in with_regret)
         else None,
+        **regret_summary(records),
+        "dropped": dropped_summary(records),
         "timings": tsum,
         **overhead(tsum),
         "update_ms_per_round": 1e3 * tsum.get("update", 0.0) / rounds if rounds and "update" in tsum else None,

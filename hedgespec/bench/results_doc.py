@@ -36,6 +36,7 @@ from hedgespec.bench.tables import (
     met_word,
     pooled_fixed_mats,
     probe_runs,
+    with_fixed_mats,
 )
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "RESULTS.md.tmpl"
@@ -121,7 +122,7 @@ class ResultsDoc:
     @classmethod
     def load(cls, results_dir: str | Path, pool: str) -> ResultsDoc:
         paper = load_paper_numbers()
-        doc = cls(Path(results_dir), pool, load_results_dir(results_dir), paper, load_blocks())
+        doc = cls(Path(results_dir), pool, with_fixed_mats(load_results_dir(results_dir)), paper, load_blocks())
         doc.values = paper_values(paper) | {"pool": pool, "overhead_goal": f"{OVERHEAD_GOAL:.0%}"}
         return doc
 
@@ -203,9 +204,16 @@ def _main_row(doc: ResultsDoc, r: Mapping[str, Any]) -> str:
     a = r["aggregate"]
     return (
         f"| {r['selector']} | {f'{p[0]} / {p[1]}' if p else '–'} | {fmt(a['mat'])} | {fmt(a['tokens_per_s'], 1)} | "
-        f"{fmt(a['target_forwards_per_token'], 3)} | {fmt(a['avg_regret'], 4)} | "
+        f"{fmt(a['target_forwards_per_token'], 3)} | {_mat_regret_cell(a)} | {fmt(a['avg_regret'], 4)} | "
         f"{fmt(a['selection_overhead'], pct=True)} | {cmd_cell(r)} |"
     )
+
+
+def _mat_regret_cell(a: Mapping[str, Any]) -> str:
+    """MAT regret (per-request mean) / accepted-token regret (total), or ``–`` when no run gave fixed MATs."""
+    if a.get("mat_regret") is None:
+        return "–"
+    return f"{fmt(a['mat_regret'], 3)} / {fmt(a['accepted_regret'], 1)}"
 
 
 def _goal_lines(doc: ResultsDoc, main: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -249,12 +257,14 @@ def _other_workloads(doc: ResultsDoc, runs: Sequence[Mapping[str, Any]]) -> list
         "",
         doc.say("other_workloads_heading"),
         "",
-        "| workload | selector | MAT | tok/s | avg regret / token | selection overhead | command |",
-        "|---" * 7 + "|",
+        "| workload | selector | MAT | tok/s | MAT regret / accepted-token regret | ETAP regret / token | "
+        "selection overhead | command |",
+        "|---" * 8 + "|",
     ]
     return head + [
         f"| {r['workload']} | {r['selector']} | {fmt(r['aggregate']['mat'])} | "
-        f"{fmt(r['aggregate']['tokens_per_s'], 1)} | {fmt(r['aggregate']['avg_regret'], 4)} | "
+        f"{fmt(r['aggregate']['tokens_per_s'], 1)} | {_mat_regret_cell(r['aggregate'])} | "
+        f"{fmt(r['aggregate']['avg_regret'], 4)} | "
         f"{fmt(r['aggregate']['selection_overhead'], pct=True)} | {cmd_cell(r)} |"
         for r in sorted(runs, key=lambda r: (r["workload"], r["selector"]))
     ]
@@ -372,6 +382,7 @@ def _engine_replay(doc: ResultsDoc, d: Mapping[str, Any], fname: str) -> list[st
             tokens=d["tokens"],
             k=d["k"],
             drafters=d["drafters"],
+            sub_pools=doc.say("replay_live_order" if d.get("sub_pools") == "live pool order" else "replay_old_order"),
             traced_by=traced_by,
         ),
         "",

@@ -7,6 +7,8 @@
   generalist and the bandits; the selection overhead) as measured ratios.
 * :func:`pooled_fixed_mats` / :func:`mat_matrix` — every fixed drafter's MAT pooled over a domain's requests
   (the paper's Table 1 analog), the one pooling rule all reports use.
+* :func:`with_fixed_mats` — regret in accepted tokens for greedy runs recorded without the oracle probe, from an
+  oracle run on the same requests.
 
 Pure functions of result dicts (schema :data:`hedgespec.bench.metrics.RESULT_FORMAT`); no files, no plots.
 """
@@ -17,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from hedgespec.bench.metrics import mat_regret_fields, regret_summary
 
 #: (baseline selector, HedgeSpec MAT ≥ ratio × that selector's MAT) — the reproduction goals on MAT
 MAT_GOALS = (("oracle", 0.97), ("eagle", 1.25), ("ucbspec", 1.2), ("exp3spec", 1.2))
@@ -53,24 +57,31 @@ def run_table(res: Mapping[str, Any]) -> str:
     plain = _has_plain([a for _, a in items])
     extra = "plain tok/s | × plain | " if plain else ""
     head = (
-        f"| domain | requests | MAT | tok/s | {extra}target fwd / token | avg regret / token | selection overhead | "
-        "oracle MAT | MAT / oracle |"
+        f"| domain | requests | MAT | tok/s | {extra}target fwd / token | MAT regret | accepted-token regret | "
+        "ETAP regret / token | selection overhead | oracle MAT | MAT / oracle |"
     )
     rows = [
         f"**{res['selector']}** on `{res['workload']}` (pool `{res['pool']['name']}`, backend {res['backend']}, "
         f"seed {res['seed']}): `{res['command']}`",
         "",
         head,
-        "|---" * (11 if plain else 9) + "|",
+        "|---" * (13 if plain else 11) + "|",
     ]
     for dom, a in items:
         cells = f"{fmt(a.get('plain_tokens_per_s'), 1)} | {fmt(a.get('speedup_vs_plain'), 2)} | " if plain else ""
         rows.append(
             f"| {dom} | {a['n_requests']} | {fmt(a['mat'])} | {fmt(a['tokens_per_s'], 1)} | {cells}"
-            f"{fmt(a['target_forwards_per_token'], 3)} | {fmt(a['avg_regret'], 4)} | "
+            f"{fmt(a['target_forwards_per_token'], 3)} | {fmt(a.get('mat_regret'), 3)} | "
+            f"{fmt(a.get('accepted_regret'), 1)} | {fmt(a['avg_regret'], 4)} | "
             f"{fmt(a['selection_overhead'], pct=True)} | {fmt(a['oracle_mat'])} | "
             f"{fmt(a['mat_vs_oracle'], 3)} |"
         )
+    dropped = res["aggregate"].get("dropped")
+    if dropped:
+        rows += [
+            "",
+            "Dropped drafters (failed; requests affected): " + ", ".join(f"{k} {v}" for k, v in dropped.items()),
+        ]
     if res.get("router"):
         r = res["router"]
         rows += [
@@ -113,17 +124,19 @@ def collection_table(results: Sequence[Mapping[str, Any]]) -> str:
     extra = "plain tok/s | × plain | " if plain else ""
     rows = [
         f"| pool | workload | backend | selector | seeds | MAT | tok/s | {extra}target fwd / token | "
-        "avg regret / token | selection overhead | MAT / oracle | × eagle |",
-        "|---" * (14 if plain else 12) + "|",
+        "MAT regret | accepted-token regret | ETAP regret / token | selection overhead | MAT / oracle | × eagle |",
+        "|---" * (16 if plain else 14) + "|",
     ]
     groups = group_runs(results)
     for (pool, wl, be, sel), runs in sorted(groups.items()):
         mat, sd = seed_mean(runs, "mat")
-        tps, fpt, reg, ovh, vo, ptps, xp = (
+        tps, fpt, mreg, areg, reg, ovh, vo, ptps, xp = (
             seed_mean(runs, k)[0]
             for k in (
                 "tokens_per_s",
                 "target_forwards_per_token",
+                "mat_regret",
+                "accepted_regret",
                 "avg_regret",
                 "selection_overhead",
                 "mat_vs_oracle",
@@ -138,7 +151,7 @@ def collection_table(results: Sequence[Mapping[str, Any]]) -> str:
         cells = f"{fmt(ptps, 1)} | {fmt(xp, 2)} | " if plain else ""
         rows.append(
             f"| {pool} | {wl} | {be} | {sel} | {len(runs)} | {mat_s} | {fmt(tps, 1)} | {cells}{fmt(fpt, 3)} | "
-            f"{fmt(reg, 4)} | {fmt(ovh, pct=True)} | {fmt(vo, 3)} | {fmt(xe, 3)} |"
+            f"{fmt(mreg, 3)} | {fmt(areg, 1)} | {fmt(reg, 4)} | {fmt(ovh, pct=True)} | {fmt(vo, 3)} | {fmt(xe, 3)} |"
         )
     return "\n".join(rows) + "\n"
 
@@ -225,4 +238,71 @@ def mat_matrix(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, floa
         domain = str(r["workload"]).split(":", 1)[1]
         for n, m in zip(names, pooled_fixed_mats(r["requests"])):
             out[n][domain] = float(m)
+    return out
+
+
+# ----------------------------------------------------------------------- regret in accepted tokens
+def _greedy(res: Mapping[str, Any]) -> bool:
+    return float(res.get("decoding", {}).get("temperature", 1.0)) == 0.0
+
+
+def _donor_for(res: Mapping[str, Any], donors: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """A run with every fixed drafter's MAT on exactly these greedy requests (same pool, workload, decoding,
+    request ids and output lengths; greedy verification is lossless, so every selector emits the same tokens)."""
+    ids = [(q["request_id"], int(q["generated"])) for q in res["requests"]]
+    for d in donors:
+        if (
+            d["pool"] == res["pool"]
+            and d["workload"] == res["workload"]
+            and d["backend"] == res["backend"]
+            and d["decoding"] == res["decoding"]
+            and [(q["request_id"], int(q["generated"])) for q in d["requests"]] == ids
+        ):
+            return d
+    return None
+
+
+def _check_fixed_run(res: Mapping[str, Any], fixed: Sequence[Sequence[float]], donor: Mapping[str, Any]) -> None:
+    """A fixed-drafter run must reproduce the donor's MAT of that drafter on every request (else not comparable)."""
+    sel = res.get("config", {}).get("selector", {})
+    if sel.get("name") != "fixed" or sel.get("drafter") not in res["pool"]["drafters"]:
+        return
+    i = list(res["pool"]["drafters"]).index(sel["drafter"])
+    for q, fm in zip(res["requests"], fixed):
+        if abs(float(q["mat"]) - float(fm[i])) > 1e-9:
+            raise ValueError(
+                f"{res.get('_path')}: request {q['request_id']} MAT {q['mat']} differs from drafter "
+                f"{sel['drafter']}'s {fm[i]} in {donor.get('_path')}; the runs are not on the same requests"
+            )
+
+
+def _has_fixed(res: Mapping[str, Any]) -> bool:
+    return bool(res["requests"]) and all(q.get("fixed_mats") for q in res["requests"])
+
+
+def with_fixed_mats(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The results with ``mat_regret`` / ``accepted_regret`` (re)computed per request, per domain and in the
+    aggregate: from the run's own ``fixed_mats``, or, for a greedy run without them, from an oracle /
+    ``oracle_probe`` run on the same requests (:func:`_donor_for`; ``fixed_mats_from`` names it). Runs with
+    neither are unchanged."""
+    donors = [r for r in results if _greedy(r) and _has_fixed(r)]
+    out = []
+    for res in results:
+        donor = res if _has_fixed(res) else (_donor_for(res, donors) if _greedy(res) else None)
+        if donor is None:
+            out.append(dict(res))
+            continue
+        fixed = [q["fixed_mats"] for q in donor["requests"]]
+        _check_fixed_run(res, fixed, donor)
+        reqs = [
+            {**q, "fixed_mats": fm, **mat_regret_fields(q["mat"], q["rounds"], fm)}
+            for q, fm in zip(res["requests"], fixed)
+        ]
+        doms: dict[str, list[dict[str, Any]]] = {}
+        for q in reqs:
+            doms.setdefault(str(q["domain"]), []).append(q)
+        per_dom = {d: {**a, **regret_summary(doms.get(d, []))} for d, a in res["per_domain"].items()}
+        new = {**res, "requests": reqs, "per_domain": per_dom, "fixed_mats_from": donor.get("_path")}
+        new["aggregate"] = {**res["aggregate"], **regret_summary(reqs)}
+        out.append(new)
     return out
