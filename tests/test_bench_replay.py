@@ -32,6 +32,34 @@ def test_replay_of_traces_equals_live_engine_runs(tmp_path):
     assert out["results"]["oracle"]["2"]["mat"] <= oracle_mat + 1e-9  # a sub-pool cannot beat the full pool's oracle
 
 
+def test_replay_of_all_drafters_uses_the_live_pool_order(tmp_path):
+    # the generalist last, as in the embedded pool: replay of N=all must run the selectors on the pool as the live
+    # run saw it (same indices, hence the same tie-breaks and random draws), not with the generalist moved first
+    model, tok, drafters = inject().values()
+    by = {d.name: d for d in drafters}
+    live_order = [by["code"], by["clinical"], by["sql"], by["general"]]
+    trace = tmp_path / "trace.jsonl"
+    live = {}
+    for sel in ("eagle", "hedgespec", "ucbspec", "exp3spec", "metasd", "oracle"):
+        extra = [f"trace={trace}"] if sel == "eagle" else []
+        res = run_bench(
+            compose_bench(BASE + [f"selector={sel}", *extra]), model=model, tokenizer=tok, drafters=live_order
+        )
+        live[sel] = res
+    out = replay_selectors(trace, sizes=[2, 4])
+    assert out["drafters"] == ["code", "clinical", "sql", "general"]
+    for sel, res in live.items():
+        rep = out["results"][sel]["4"]
+        # decisions equal: same rounds (MAT) and the same per-position drafters (ETAP regret); measured difference
+        # 0 up to float summation order
+        assert rep["mat"] == pytest.approx(res["aggregate"]["mat"], rel=1e-12), sel
+        assert rep["avg_regret"] == pytest.approx(res["aggregate"]["avg_regret"], abs=1e-9), sel
+    # the eagle baseline is the generalist at every N; the N=2 sub-pool is {code, general} in pool order
+    assert sub_pool(out["drafters"], 2) == [0, 3]
+    assert out["results"]["eagle"]["2"]["mat"] == pytest.approx(live["eagle"]["aggregate"]["mat"])
+    assert out["results"]["oracle"]["2"]["mat"] <= out["results"]["oracle"]["4"]["mat"] + 1e-9
+
+
 def test_replay_cli_and_results_section(tmp_path):
     from test_bench_report import _report_main
 

@@ -3,7 +3,9 @@
 ``python scripts/bench.py ... trace=<path>`` records, per request, one greedy pass in which every drafter drafts
 from every position (``hedgespec.engine.trace`` with ``runs``); under greedy decoding that table determines any
 selector's rounds exactly (:func:`hedgespec.sim.replay.replay_request`). :func:`replay_selectors` replays the
-bench selectors over sub-pools of growing size N (the generalist first, then the pool order) and returns results
+bench selectors over nested sub-pools of growing size N (the generalist and the first N − 1 other drafters, in
+the live pool's order, so N = all is the live pool itself: same indices, hence the same tie-breaks and the same
+random draws as the live run) and returns results
 in the simulator's shape (``results[label][N] = {mat, avg_regret, oracle_mat, regret_curve}``), so the same
 plots (:mod:`hedgespec.plots`) and RESULTS.md tables apply. Torch-free.
 """
@@ -26,6 +28,8 @@ from hedgespec.sim.runner import regret_curve
 from hedgespec.types import RequestContext
 
 REPLAY_FORMAT = "hedgespec.bench.replay"
+#: how :func:`sub_pool` orders a sub-pool (recorded in the output; older replays moved the generalist first)
+SUB_POOL_ORDER = "live pool order"
 #: label -> (make_selector name, kwargs); ``eagle`` is Fixed on the generalist, ``oracle`` gets best_drafter
 REPLAY_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "hedgespec": ("hedgespec", {}),
@@ -39,12 +43,21 @@ REPLAY_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def sub_pool(names: Sequence[str], n: int, generalist: str = "general") -> list[int]:
-    """Column indices of an N-drafter sub-pool: the generalist first, then the others in pool order."""
+    """Column indices of an N-drafter sub-pool, in the pool's order: the generalist and the first N − 1 others.
+
+    Sub-pools are nested in N, and N = len(names) is the live pool in its own order (index i is drafter i).
+    """
     order = [names.index(generalist)] if generalist in names else []
     order += [i for i, x in enumerate(names) if x != generalist]
     if not 1 <= n <= len(order):
         raise ValueError(f"sub-pool size {n} must be in [1, {len(order)}] for the traced pool {list(names)}")
-    return order[:n]
+    return sorted(order[:n])
+
+
+def _generalist_index(names: Sequence[str], cols: Sequence[int], generalist: str = "general") -> int:
+    """Index of the generalist within the sub-pool ``cols`` (the ``eagle`` baseline's Fixed index); 0 if none."""
+    picked = [names[c] for c in cols]
+    return picked.index(generalist) if generalist in picked else 0
 
 
 def _load_exact(trace_path: str | Path) -> list[Any]:
@@ -64,16 +77,21 @@ def _load_exact(trace_path: str | Path) -> list[Any]:
     return reqs
 
 
-def _replay_one(label: str, tables: list[Any], oracle: list[Any], k: int, seed: int) -> tuple[int, float, list[Any]]:
+def _replay_one(
+    label: str, tables: list[Any], oracle: list[Any], k: int, seed: int, generalist: int
+) -> tuple[int, float, list[Any]]:
     """One selector over every request of a sub-pool: (rounds, total regret, per-request regret curves)."""
     name, kw = REPLAY_SELECTORS[label]
     kw = dict(kw)
     if name in ("hedgespec", "hedgespec_eal", "ucbspec", "exp3spec", "metasd"):
         kw["seed"] = seed
-    sel = make_selector(name, **kw)  # index 0 of the sub-pool is the generalist (sub_pool order)
+    if name == "fixed":
+        kw["index"] = generalist
+    sel = make_selector(name, **kw)
     rounds, regret, curves = 0, 0.0, []
     for (r, g, runs), (best, _) in zip(tables, oracle):
-        ctx = RequestContext(request_id=r.header.get("request_id", 0), best_drafter=best)
+        hindsight = best if sel.uses_hindsight else None  # only the oracle may know the best drafter
+        ctx = RequestContext(request_id=r.header.get("request_id", 0), best_drafter=hindsight)
         res = replay_greedy(g, runs, sel, k, ctx)
         c = regret_curve(g, res.chosen_per_position)
         rounds += res.rounds
@@ -91,7 +109,7 @@ def _replay_size(reqs: list[Any], names: list[str], n: int, labels: list[str], s
     oracle_rounds = sum(len(g) / mats[b] for (_, g, _), (b, mats) in zip(tables, oracle))
     out = {}
     for label in labels:
-        rounds, regret, curves = _replay_one(label, tables, oracle, k, seed)
+        rounds, regret, curves = _replay_one(label, tables, oracle, k, seed, _generalist_index(names, cols))
         out[label] = {
             "mat": total / rounds,
             "avg_regret": regret / total,
@@ -130,6 +148,7 @@ def replay_selectors(
         "k": reqs[0].k,
         "drafters": names,
         "sizes": [int(n) for n in sizes],
+        "sub_pools": SUB_POOL_ORDER,
         "tokens": int(sum(len(r.gamma) for r in reqs)),
         "results": results,
     }
