@@ -153,6 +153,8 @@ class EngineRunner:
         wall = time.perf_counter() - t0
         tr = self.engine.last_trace
         extra: dict[str, Any] = {"prompt_tokens": len(ids_list), "truncated": truncated, "oracle_s": oracle_s}
+        # heads that raised or produced non-finite values and were dropped for this request (the engine warns)
+        extra["dropped"] = list(tr.summary.get("dropped") or [])
         if self.cfg.get("plain_baseline", True):
             extra.update(self.plain(ids, j, out[len(ids_list) :].tolist()))
         if mats is not None:

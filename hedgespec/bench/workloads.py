@@ -5,7 +5,8 @@ Workloads (``conf/workload/*.yaml``, key ``name``):
 * ``mixed``: a shuffled stream of the seven training domains' held-out eval prompts (``n_per_domain`` each);
   the setting of the paper's main comparison (HedgeSpec vs EAGLE-3 and the bandit baselines).
 * ``domain``: the held-out eval prompts of one domain (``domain=<d>``), e.g. for the Table-1 analog.
-* ``ood``: GSM8K + HumanEval eval prompts (no drafter was trained on them).
+* ``ood``: GSM8K + HumanEval eval prompts (no drafter was trained on them; offline GSM8K keeps only the originals
+  of the math recipe's held-out templates, data_recipes/gsm8k.py).
 * ``shift``: the ``mixed`` stream rewritten by the prompt-variant transform (``data_recipes.apply_variant``,
   paper Table 4): same tasks and domains, different surface form.
 * ``prompts``: an inline list (``prompts: [{prompt, domain}, ...]`` or plain strings) for smoke runs.
