@@ -17,7 +17,8 @@ from hedgespec.sim import (
     run_pool,
     run_sampling,
 )
-from hedgespec.sim.runner import _residual
+from hedgespec.sim import runner as sim_runner
+from hedgespec.sim.runner import sample_round
 
 
 def test_pool_composition_is_realistic():
@@ -52,23 +53,53 @@ def test_greedy_replay_matches_fixed_drafter_bruteforce():
         assert run_greedy(req, Fixed(i), 4, (gamma, runs)).mat == pytest.approx(mats[i])
 
 
-def test_sampling_mode_is_lossless_in_distribution():
-    """First emitted token of chain speculative sampling ~ target p, whatever the drafter (chi-square)."""
-    from scipy.stats import chisquare  # lazy: scipy is a dev-only dependency that only this test needs
+def _first_two_tokens(req, i: int, k: int, draws: int, seed: int) -> np.ndarray:
+    """Counts [V*V] of the first two tokens the simulator's real round (``sample_round``) emits after
+    ``req.first`` with drafter ``i``, over ``draws`` fresh sets of the request's sampling coins."""
+    v = req.world.vocab
+    counts = np.zeros(v * v)
+    rng = np.random.default_rng(seed)
+    for _ in range(draws):
+        req.coins = rng.random(req.coins.shape)
+        out, _ = sample_round(req, i, 0, req.first, k)
+        if len(out) < 2:
+            out += sample_round(req, i, len(out), out[-1], k)[0]
+        counts[out[0] * v + out[1]] += 1
+    return counts
 
+
+def _chi2_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float = 5.0) -> float:
+    from scipy.stats import chisquare  # lazy: scipy is a dev-only dependency that only these tests need
+
+    exp = probs * counts.sum()
+    keep = exp >= min_expected  # cells expected below 5 are pooled into one
+    obs, e = np.append(counts[keep], counts[~keep].sum()), np.append(exp[keep], exp[~keep].sum())
+    return float(chisquare(obs, e * obs.sum() / e.sum()).pvalue)
+
+
+def _target_joint(req) -> np.ndarray:
+    p1 = req.p(0, req.first)
+    return np.concatenate([p1[x] * req.p(1, x) for x in range(len(p1))])
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_sampling_round_is_lossless_in_distribution(k):
+    """Joint law of the first two emitted tokens of the simulator's chain speculative sampling = the target's
+    p(x1)·p(x2 | x1), whatever the drafter (chi-square on the real ``sample_round``, worst drafter of 3)."""
     world = make_world(3, vocab=6, seed=3)
-    req = make_requests(world, 1, 2, seed=3)[0]
-    p = req.p(0, req.first)
-    counts = np.zeros(6)
-    draws = 4000
-    rng = np.random.default_rng(0)
-    for _ in range(draws):  # one round of the runner's accept rule with the worst drafter
-        q = req.q(2, 0, req.first)
-        tok = int(rng.choice(6, p=q))
-        if rng.random() >= min(1.0, p[tok] / q[tok]):
-            tok = int(rng.choice(6, p=_residual(p, q)))
-        counts[tok] += 1
-    assert chisquare(counts, draws * p).pvalue > 0.01
+    req = make_requests(world, 1, 8, seed=3)[0]
+    counts = _first_two_tokens(req, 2, k, 6000, seed=0)
+    assert _chi2_pvalue(counts, _target_joint(req)) > 0.01
+
+
+def test_a_rule_without_the_residual_is_not_lossless(monkeypatch):
+    """The same real round with the residual (p − q)+ replaced by p on rejection: the chi-square test rejects
+    it (p ≈ 0), so the test above can tell a lossless rule from a lossy one."""
+    world = make_world(3, vocab=6, seed=3)
+    req = make_requests(world, 1, 8, seed=3)[0]
+    monkeypatch.setattr(sim_runner, "_residual", lambda p, q: p)
+    counts = _first_two_tokens(req, 2, 3, 6000, seed=0)
+    assert _chi2_pvalue(counts, _target_joint(req)) < 1e-6
 
 
 def test_sampling_runs_every_selector_on_the_same_request():
