@@ -36,6 +36,7 @@ from hedgespec.models import load_target
 from hedgespec.pools import TargetInfo
 from hedgespec.pools import load_pool as load_manifest
 from hedgespec.selectors import SELECTORS, make_selector
+from hedgespec.selectors.hedgespec import RouterPrior, RunningPrior
 from hedgespec.sim.greedy import best_fixed_mat
 from hedgespec.types import RequestContext
 
@@ -46,6 +47,8 @@ SELECTOR_CHOICES = (
     "hedgespec",
     "hedgespec_eal",
     "hedgespec_le",
+    "hedgespec_prior",
+    "hedgespec_running",
     "eagle",
     "fixed",
     "ucbspec",
@@ -253,6 +256,20 @@ def _selector_kwargs(cfg: Mapping[str, Any], names: Sequence[str], domains: Sequ
     return kw
 
 
+def hedgespec_prior_source(
+    cfg: Mapping[str, Any], prior: str, names: Sequence[str], domains: Sequence[str], info: dict[str, Any]
+) -> Any:
+    """HedgeSpec's prior source, one per selector factory: the router's posterior (trained as for selector=router)
+    or a running mean of final weights shared by every selector the factory makes."""
+    if prior == "running":
+        return RunningPrior()
+    try:
+        clf, mapping, info["router"] = router_classifier(cfg, domains, generalist_index(cfg["pool"], names, domains))
+    except ValueError as err:
+        raise ValueError(f"HedgeSpec prior='router' uses the prompt router: {err}") from err
+    return RouterPrior(clf, mapping)
+
+
 def build_selector(
     cfg: Mapping[str, Any], names: Sequence[str], domains: Sequence[str]
 ) -> tuple[Callable[[], Any], dict[str, Any]]:
@@ -265,6 +282,8 @@ def build_selector(
         gen = generalist_index(cfg["pool"], names, domains)
         clf, mapping, info["router"] = router_classifier(cfg, domains, gen)
         kw = {"classifier": clf, "drafter_of_domain": mapping, "fallback": gen}
+    elif name in ("hedgespec", "hedgespec_eal") and kw.get("prior") in ("router", "running"):
+        kw["prior_source"] = hedgespec_prior_source(cfg, str(kw["prior"]), names, domains, info)
     make_selector(name, **kw)  # fail fast on bad arguments
     return (lambda: make_selector(name, **kw)), info
 

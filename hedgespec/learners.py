@@ -3,7 +3,8 @@
 Base learners (full information: every drafter's loss is observed) expose ``weights()`` and
 ``update(loss_vector, weights_used=None)``:
 
-* :class:`NormalHedge` (Chaudhuri, Freund, Hsu 2009): parameter-free; the default.
+* :class:`NormalHedge` (Chaudhuri, Freund, Hsu 2009): parameter-free; the default. An optional prior π over the
+  experts warm-starts it (see the class docstring for the regret bound that then holds).
 * :class:`Hedge`: exponential weights with the anytime step η_t = sqrt(8 ln N / t).
 * :class:`LabelEfficientHedge`: exponential weights for importance-weighted losses ℓ·Z/ε (label-efficient
   prediction, Cesa-Bianchi, Lugosi & Stoltz 2005), step η_t = sqrt(ε ln N / t).
@@ -102,21 +103,122 @@ def normalhedge_scale(positive_regrets: np.ndarray, tol: float = 1e-13, max_iter
     return 1.0 / (2.0 * s)
 
 
-class NormalHedge:
-    """NormalHedge: R_i += ℓ_A − ℓ_i, w_i ∝ ([R_i]_+/c) exp([R_i]_+² / 2c), c from the scale equation."""
+def check_prior(prior: object, n: int, name: str = "prior") -> np.ndarray:
+    """A prior over ``n`` experts as a float array: shape (n,), finite, >= 0, summing to 1 (within 1e-6)."""
+    try:
+        arr = np.array(prior, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a sequence of {n} probabilities, got {prior!r}") from err
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must have one probability per drafter, shape ({n},), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0.0):
+        raise ValueError(f"{name} must be finite and >= 0, got {arr.tolist()}")
+    if abs(float(arr.sum()) - 1.0) > 1e-6:
+        raise ValueError(f"{name} must sum to 1, got sum {float(arr.sum())!r}; normalise it")
+    return arr / arr.sum()
 
-    def __init__(self, n: int) -> None:
+
+def check_alpha(alpha: object, name: str = "prior_alpha") -> float:
+    """The weight of the uniform law in a mixed prior, in (0, 1]."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0.0 < alpha <= 1.0:
+        raise ValueError(
+            f"{name} (weight of the uniform law mixed into the prior, so that every drafter keeps at least "
+            f"{name}/N) must be in (0, 1], got {alpha!r}"
+        )
+    return float(alpha)
+
+
+def mix_prior(p: np.ndarray | None, n: int, alpha: float) -> np.ndarray:
+    """π = (1 − α) p + α/N (p = None: uniform), so π_i >= α/N and ln(1/π_i) <= ln(N/α)."""
+    u = np.full(n, 1.0 / n)
+    return u if p is None else (1.0 - alpha) * check_prior(p, n) + alpha * u
+
+
+def _scale_root_prior(a: np.ndarray, b: np.ndarray, s0: float | None, tol: float, max_iter: int):  # type: ignore[no-untyped-def]
+    """Root s of g(s) = log Σ_i exp(a_i s + b_i) − 1 (a = [R]_+², b = ln π); returns (s, z, zmax).
+
+    The prior's scale equation Σ_i π_i exp(a_i s) = e; with b = −ln N it is :func:`_scale_root`'s. g is convex and
+    increasing; g(1/amax) <= amax/amax − 1 = 0 and g((1 − b_j)/amax) >= 0 for j = argmax a, so the same
+    Newton iteration with bisection fallback works inside that bracket.
+    """
+    j = int(a.argmax())
+    amax = float(a[j])
+    hi, lo = (1.0 - float(b[j])) / amax, 1.0 / amax
+    s = hi if s0 is None or not (lo < s0 <= hi) else s0
+    for _ in range(max_iter):
+        z = a * s + b
+        zmax = float(z.max())
+        e = np.exp(z - zmax)
+        tot = float(e.sum())
+        g = zmax + math.log(tot) - 1.0
+        if abs(g) <= tol:
+            break
+        if g > 0:
+            hi = s
+        else:
+            lo = s
+        s_new = s - g / (float((a * e).sum()) / tot)
+        s = s_new if lo < s_new < hi else 0.5 * (lo + hi)
+    return s, z, zmax
+
+
+def _uniform_or(prior: object, n: int) -> np.ndarray | None:
+    """A checked, strictly positive prior, or None when it is uniform (today's code path, bit for bit)."""
+    if prior is None:
+        return None
+    pi = check_prior(prior, n)
+    if np.any(pi <= 0.0):
+        raise ValueError(f"prior must be > 0 for every drafter (ln 1/π_i bounds the regret), got {pi.tolist()}")
+    return None if np.all(pi == pi[0]) else pi
+
+
+class NormalHedge:
+    """NormalHedge: R_i += ℓ_A − ℓ_i, w_i ∝ π_i ([R_i]_+/c) exp([R_i]_+² / 2c), c > 0 solving
+    Σ_i π_i exp([R_i]_+² / 2c) = e; no positive regret: w = π. π uniform (the default) is Chaudhuri, Freund & Hsu
+    (2009)'s algorithm, run by the same code as without a prior.
+
+    Regret against drafter i with a prior π (all π_i > 0), after t rounds of losses in [0, 1]:
+
+    * every round, each term of the scale equation is at most its sum e, so π_i exp([R_i]_+²/2c_t) <= e, i.e.
+      R_i <= sqrt(2 c_t (1 + ln(1/π_i))): the scale c_t and ln(1/π_i) in place of ln N;
+    * for a rational prior π_i = m_i / M this learner *is* NormalHedge over M experts, m_i identical copies of
+      drafter i (copies have equal regrets, so their weights add up to w_i, and (1/M) Σ_copies = Σ_i π_i). At
+      least a π_i-fraction of the M experts (drafter i's copies) have cumulative loss <= drafter i's, so the
+      regret to drafter i is at most the regret to the top π_i-quantile, and the ε-quantile bound of Chaudhuri,
+      Freund & Hsu (2009, Thm 1) with ε = π_i gives: regret to drafter i is O(sqrt(t (1 + ln(1/π_i))) + ln² M)
+      (their leading term sqrt(3 (1 + 50δ) t (1 + ln(1/ε))), δ ∈ (0, 1/2], plus a lower-order term in ln M and
+      1/δ). ln N becomes ln(1/π_i) in the leading term only; the lower-order term grows with ln M, the
+      prior's common denominator, and nothing is claimed for priors not on a grid of 1/M.
+
+    Uniform π gives ln(1/π_i) = ln N and M = N: the usual bound. Mixing with uniform, π = (1 − α)p + α/N
+    (:func:`mix_prior`), keeps ln(1/π_i) <= ln(N/α) for every drafter, whatever p.
+    """
+
+    def __init__(self, n: int, prior: object = None) -> None:
         self.n = _check_n(n)
         self.regret = np.zeros(self.n)
         self.t = 0
         self._w: np.ndarray | None = None
         self._s: float | None = None
         self.scale: float = float("nan")
+        self.prior = _uniform_or(prior, self.n)  # None: uniform
+        self._logpi = None if self.prior is None else np.log(self.prior)
 
     def weights(self) -> np.ndarray:
         if self._w is None:
-            self._w = self._compute_weights()
+            self._w = self._compute_weights() if self.prior is None else self._prior_weights()
         return self._w
+
+    def _prior_weights(self) -> np.ndarray:
+        pos = np.maximum(self.regret, 0.0)
+        a = pos * pos
+        if not np.any(a > 0.0):  # no positive regret: the prior
+            self.scale = float("nan")
+            return self.prior.copy()
+        self._s, z, zmax = _scale_root_prior(a, self._logpi, self._s, 1e-13, 200)
+        w = pos * np.exp(z - zmax)  # ∝ π_i ([R]_+/c) exp([R]_+²/2c)
+        self.scale = 1.0 / (2.0 * self._s)
+        return w / w.sum()
 
     def _compute_weights(self) -> np.ndarray:
         n = self.n

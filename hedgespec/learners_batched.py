@@ -6,7 +6,9 @@ applies a batch of loss sequences. Each row computes what its per-request counte
 
 * :class:`NormalHedgeBank` (Chaudhuri, Freund, Hsu 2009), as :class:`hedgespec.learners.NormalHedge`: the
   scale equation (1/N) Σ_i exp([R_i]_+² / 2c) = e is solved for all rows together by the same warm-started
-  Newton iteration with its bisection fallback (:func:`scale_root_batch`); rows freeze once they converge.
+  Newton iteration with its bisection fallback (:func:`scale_root_batch`); rows freeze once they converge. A row
+  given a prior (:meth:`NormalHedgeBank.set_prior`, as ``NormalHedge(n, prior=π)``) solves
+  Σ_i π_i exp([R_i]_+² / 2c) = e instead (:func:`scale_root_prior_batch`) and starts from w = π.
 * :class:`HedgeBank`, as :class:`hedgespec.learners.Hedge`: η_t = sqrt(8 ln N / t), operation for operation,
   so the same weights bit for bit.
 
@@ -26,6 +28,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from hedgespec.learners import _uniform_or
 
 TOL, MAX_ITER = 1e-13, 200  # the tolerance and iteration cap of NormalHedge._compute_weights
 
@@ -82,6 +86,36 @@ def scale_root_batch(
     return s, e
 
 
+def scale_root_prior_batch(
+    a: np.ndarray, b: np.ndarray, s0: np.ndarray, tol: float = TOL, max_iter: int = MAX_ITER
+) -> tuple[np.ndarray, np.ndarray]:
+    """Root s of g(s) = log Σ_i exp(a_i s + b_i) − 1 for every column (a = [R]_+², b = ln π, [N, r], no column
+    of a all zero): column for column ``hedgespec.learners._scale_root_prior`` (bracket [1/a_j, (1 − b_j)/a_j],
+    j = argmax a, warm start ``s0`` in (lo, hi], NaN: none). Returns (s, e), e = exp(z − max z) at the last
+    evaluation point, z = a s + b."""
+    r = a.shape[1]
+    j = a.argmax(axis=0)
+    amax, bj = a[j, np.arange(r)], b[j, np.arange(r)]
+    hi, lo = (1.0 - bj) / amax, 1.0 / amax
+    s = np.where((lo < s0) & (s0 <= hi), s0, hi)
+    for _ in range(max_iter):
+        z = a * s + b
+        zmax = z.max(axis=0)
+        e = np.exp(z - zmax)
+        tot = e.sum(axis=0)
+        g = zmax + np.log(tot) - 1.0
+        conv = np.abs(g) <= tol
+        if np.count_nonzero(conv) == r:
+            break
+        up = g > 0
+        hi, lo = np.where(up, s, hi), np.where(up, lo, s)
+        s_new = s - g / ((a * e).sum(axis=0) / tot)
+        out = (s_new <= lo) | (s_new >= hi)
+        s_new = np.where(out, 0.5 * (lo + hi), s_new)
+        s = np.where(conv, s, s_new)
+    return s, e
+
+
 class NormalHedgeBank:
     """S NormalHedge learners: R_i += ℓ_A − ℓ_i, w_i ∝ ([R_i]_+/c) exp([R_i]_+²/2c), c from the scale equation."""
 
@@ -93,6 +127,18 @@ class NormalHedgeBank:
         self._flat = np.ones(self.rows, dtype=bool)  # last weights uniform (no positive regret): no scale
         self._w = np.full((self.rows, self.n), 1.0 / self.n)
         self._fresh = np.zeros(self.rows, dtype=bool)  # _w is current for the row
+        self._prior = np.full((self.rows, self.n), 1.0 / self.n)  # π of rows with a prior (set_prior)
+        self._has_prior = np.zeros(self.rows, dtype=bool)  # False: uniform, NormalHedge's own code path
+
+    def set_prior(self, rows: np.ndarray, prior: np.ndarray) -> None:
+        """Give ``rows`` the prior ``prior`` ([len(rows), N] or [N], each checked by ``NormalHedge``'s rule:
+        > 0, summing to 1; an all-equal row is uniform); call after :meth:`reset`."""
+        p = np.broadcast_to(np.asarray(prior, dtype=np.float64), (rows.size, self.n))
+        for r, row in zip(rows.tolist(), p):
+            pi = _uniform_or(row, self.n)
+            self._has_prior[r] = pi is not None
+            self._prior[r] = 1.0 / self.n if pi is None else pi
+        self._fresh[rows] = False
 
     @property
     def scale(self) -> np.ndarray:
@@ -105,6 +151,7 @@ class NormalHedgeBank:
         self._s[rows] = np.nan
         self._flat[rows] = True
         self._fresh[rows] = False
+        self._has_prior[rows] = False
 
     def weights(self, rows: np.ndarray) -> np.ndarray:
         """Current weights of ``rows`` (distinct indices), [len(rows), N]; stale rows are solved together."""
@@ -115,6 +162,12 @@ class NormalHedgeBank:
         return self._w[rows]
 
     def _solve(self, rows: np.ndarray) -> None:
+        with_prior = self._has_prior[rows]
+        if np.count_nonzero(with_prior):
+            self._solve_prior(rows[with_prior])
+            rows = rows[~with_prior]
+            if not rows.size:
+                return
         pos = np.maximum(self.regret[rows], 0.0).T.copy()  # [N, r]: one learner per column
         a = pos * pos
         amax = a.max(axis=0)
@@ -129,6 +182,26 @@ class NormalHedgeBank:
                 return
         s, e = scale_root_batch(a, amax, self._s[rows])
         w = pos * e  # ∝ ([R]_+/c) exp([R]_+²/2c), shifted by the largest exponent
+        w /= w.sum(axis=0)
+        self._w[rows] = w.T
+        self._s[rows] = s
+        self._flat[rows] = False
+
+    def _solve_prior(self, rows: np.ndarray) -> None:
+        """Rows with a prior: w ∝ π ([R]_+/c) exp([R]_+²/2c), c from Σ_i π_i exp([R_i]_+²/2c) = e; w = π without
+        positive regret."""
+        pos = np.maximum(self.regret[rows], 0.0).T.copy()
+        a = pos * pos
+        live = a.max(axis=0) > 0.0
+        self._fresh[rows] = True
+        flat = rows[~live]
+        self._w[flat] = self._prior[flat]
+        self._flat[flat] = True
+        rows, pos, a = rows[live], pos[:, live], a[:, live]
+        if not rows.size:
+            return
+        s, e = scale_root_prior_batch(a, np.log(self._prior[rows]).T, self._s[rows])
+        w = pos * e
         w /= w.sum(axis=0)
         self._w[rows] = w.T
         self._s[rows] = s
@@ -238,6 +311,9 @@ class QueuedBatch:
     def reset(self, slots: np.ndarray) -> None:
         self.bank.reset(slots)
 
+    def set_prior(self, slots: np.ndarray, prior: np.ndarray) -> None:
+        self.bank.set_prior(slots, prior)  # type: ignore[union-attr]
+
     def predict(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(learner row, weights) of each slot's next decision."""
         return slots, self.bank.weights(slots)
@@ -266,6 +342,11 @@ class BoldBatch:
         self.bank.reset((slots[:, None] * self.per_slot + np.arange(self.per_slot)).ravel())
         self.busy[slots] = False
         self.created[slots] = 1
+
+    def set_prior(self, slots: np.ndarray, prior: np.ndarray) -> None:
+        """Every learner row of the slots starts from ``prior`` ([len(slots), N]), as each of Bold's learners."""
+        rows = (slots[:, None] * self.per_slot + np.arange(self.per_slot)).ravel()
+        self.bank.set_prior(rows, np.repeat(np.asarray(prior, dtype=np.float64), self.per_slot, axis=0))  # type: ignore[union-attr]
 
     def predict(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         created = self.created[slots]

@@ -18,6 +18,8 @@ from hedgespec.bench.runners import run_bench
 SELECTOR_RUNS = {  # overrides -> expected label
     "hedgespec": (["selector=hedgespec"], "hedgespec"),
     "hedgespec_eal": (["selector=hedgespec_eal"], "hedgespec_eal"),
+    "hedgespec_prior": (["selector=hedgespec_prior"], "hedgespec_prior"),
+    "hedgespec_running": (["selector=hedgespec_running"], "hedgespec_running"),
     "eagle": (["selector=eagle"], "eagle"),
     "fixed": (["selector=fixed", "fixed=sql"], "fixed:sql"),
     "ucbspec": (["selector=ucbspec"], "ucbspec"),

@@ -37,7 +37,7 @@ from hedgespec.feedback_batched import BatchedLedger, CompletedBatch, check_gamm
 from hedgespec.learners_batched import BoldBatch, HedgeBank, NormalHedgeBank, QueuedBatch
 from hedgespec.selectors._rng import request_rng
 from hedgespec.selectors.base import check_request_args
-from hedgespec.selectors.hedgespec import check_options
+from hedgespec.selectors.hedgespec import PriorSource, check_options, check_prior_options, request_prior
 from hedgespec.types import Decision, RequestContext, RoundFeedback
 
 _TIE = 1e-15  # hedgespec.selectors._rng.argmax_random_ties: entries within this of the maximum tie
@@ -271,7 +271,8 @@ class BatchedHedgeSpec(SlotBatch):
     still due). ETAP completes a round's losses in the round itself, so only the last decision is kept; EAL
     completes a position once the K−1 after it are verified, so at most K+1 decisions are outstanding and a
     ring of 2K+2 holds them. The label-efficient variants (``epsilon < 1``, ``evaluation="adaptive"``) are
-    per-request only.
+    per-request only. ``prior`` / ``prior_alpha`` / ``prior_source`` are HedgeSpec's: a slot's prior is fixed at
+    ``begin`` from its context (router) or from the requests ended before it (running, in ``end`` order).
     """
 
     full_information = True
@@ -287,8 +288,15 @@ class BatchedHedgeSpec(SlotBatch):
         choice: str = "argmax",
         tail_policy: str = "drop",
         seed: int = 0,
+        prior: str | Sequence[float] = "uniform",
+        prior_alpha: float = 0.5,
+        prior_source: PriorSource | None = None,
     ) -> None:
         check_options(objective, learner, delay, choice, tail_policy)
+        self.prior_source = check_prior_options(prior, prior_alpha, learner, prior_source)
+        self.prior = prior if isinstance(prior, str) else [float(x) for x in prior]
+        self.prior_alpha = float(prior_alpha)
+        self._ctx = RequestContext()
         super().__init__(capacity, n_drafters, k, seed)
         self.objective, self.learner_name, self.delay, self.choice = objective, learner, delay, choice
         self.tail_policy = tail_policy
@@ -306,8 +314,15 @@ class BatchedHedgeSpec(SlotBatch):
         self._next_ticket = np.zeros(capacity, dtype=np.int64)
         self._prefix = prefix_table(k)
 
+    def begin(self, slot: int, ctx: RequestContext | None = None) -> None:
+        self._ctx = ctx or RequestContext()  # read by _reset: the slot's prior
+        super().begin(slot, ctx)
+
     def _reset(self, slots: np.ndarray) -> None:
         self.reduction.reset(slots)
+        pi = request_prior(self.prior, self.prior_source, self.n, self.prior_alpha, self._ctx)
+        if pi is not None:
+            self.reduction.set_prior(slots, pi[None, :])
         self.ledger.reset(slots)
         self._tk_live[slots] = False
         self._next_ticket[slots] = 0
@@ -372,6 +387,9 @@ class BatchedHedgeSpec(SlotBatch):
         p = s[pending]  # a dropped decision frees its BOLD learner too
         if p.size:
             self.reduction.release(p, self._tk_row[p, (self._next_ticket[p] - 1) % self._ring])
+        if self.prior_source is not None:  # HedgeSpec.end_request: the final weights, slot by slot in order
+            for w in self.reduction.weights(s):
+                self.prior_source.record(w.copy())
 
     def weights(self, slots: object) -> np.ndarray:
         """Current weights [b, N] of the slots' requests (``HedgeSpec.weights``), also after their end."""
@@ -380,5 +398,7 @@ class BatchedHedgeSpec(SlotBatch):
     def state_dict(self, slot: int) -> dict[str, Any]:
         d = super().state_dict(slot)
         d.update(objective=self.objective, learner=self.learner_name, delay=self.delay, choice=self.choice)
+        if self.prior != "uniform":
+            d.update(prior=self.prior, prior_alpha=self.prior_alpha)
         d["weights"] = [float(x) for x in self.weights([slot])[0]]
         return d

@@ -32,6 +32,27 @@ losses, for which none of these bounds is claimed):
   windows (their own positions keep weight Z/ε of their own coins); ℓ_t is then unbiased when γ is oblivious
   (greedy), while under sampling a window's later rows may depend on Z through later decisions.
 
+Warm start from a prior (``prior``, ``prior_alpha``). Each request's NormalHedge starts from
+π = (1 − α) p + α/N instead of uniform weights (:class:`~hedgespec.learners.NormalHedge` with ``prior``), where p is
+
+* ``"uniform"`` (default): π uniform, decision for decision today's HedgeSpec;
+* ``"router"``: the prompt router's posterior over domains for this request's prompt (TF-IDF + logistic
+  regression, :mod:`hedgespec.selectors.router`), each domain's mass on its drafter (:class:`RouterPrior`);
+* ``"running"``: the mean of the final weights of the requests this prior source has seen end (:class:`RunningPrior`;
+  uniform for the first request), state across requests;
+* a sequence of N probabilities: a fixed prior.
+
+What is claimed, per request and against every drafter i: NormalHedge's bound with ln N replaced by ln(1/π_i) in
+its leading term, O(sqrt(T (1 + ln(1/π_i))) + ln² M) after T losses for a prior on a grid of 1/M (Chaudhuri,
+Freund & Hsu 2009, Thm 1, by replicating drafters; derivation in :class:`~hedgespec.learners.NormalHedge`), with
+ln(1/π_i) <= ln(N/α) whatever p: a wrong prior costs at most ln(1/α) more than uniform in that term, a right one
+saves up to ln N − ln(1/π_i). Delayed feedback adds what it adds to uniform HedgeSpec (the reductions use the
+base learner's bound as a black box): BOLD runs at most D = 2K+2 base learners, each warm-started at π and fed a
+subsequence of T_j positions, so its regret is at most Σ_j of their bounds, O(sqrt(D T (1 + ln(1/π_i))) + D ln² M);
+the queue reduction adds the delay term of Joulani, György & Szepesvári (2013) in their stochastic setting. The
+prior is fixed at ``begin_request`` (router: a function of the prompt; running: of earlier requests), so within a
+request it is a constant, as the bound needs. ``prior`` applies to ``learner="normal_hedge"`` only.
+
 ``evaluation="adaptive"`` is a heuristic with no guarantee: evaluate while the largest weight is below
 ``threshold``, else once every ``recheck`` rounds; evaluated rounds feed their plain losses, skipped rounds
 none (the skip pattern depends on the losses, so the fed losses are biased).
@@ -39,19 +60,125 @@ none (the skip pattern depends on the losses, so the fed losses are biased).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from hedgespec.feedback import OBJECTIVES, TAIL_POLICIES, FeedbackLedger
-from hedgespec.learners import LEARNERS, Bold, LabelEfficientHedge, Queued, make_learner
+from hedgespec.learners import (
+    LEARNERS,
+    Bold,
+    LabelEfficientHedge,
+    NormalHedge,
+    Queued,
+    check_alpha,
+    check_prior,
+    make_learner,
+    mix_prior,
+)
 from hedgespec.selectors._rng import argmax_random_ties, request_rng
 from hedgespec.selectors.base import BaseSelector
-from hedgespec.types import Decision, RoundFeedback
+from hedgespec.types import Decision, RequestContext, RoundFeedback
 
 DELAYS = ("queue", "bold")
 CHOICES = ("argmax", "sample")
 EVALUATIONS = ("random", "adaptive")  # label-efficient coin with probability epsilon | weight-threshold heuristic
+PRIORS = ("uniform", "router", "running")
+
+
+class PriorSource(Protocol):
+    """Where a request's prior comes from: ``raw`` at its start (None: uniform), ``record`` its final weights."""
+
+    def raw(self, n: int, ctx: RequestContext) -> np.ndarray | None: ...
+
+    def record(self, weights: np.ndarray) -> None: ...
+
+
+class RouterPrior:
+    """The router's posterior P(domain | prompt) (``classifier.predict_proba``, classes ``classifier.classes_``),
+    each domain's mass on ``drafter_of_domain[domain]``; domains without a drafter go to ``fallback`` (or are
+    dropped when it is None)."""
+
+    def __init__(self, classifier: Any, drafter_of_domain: Mapping[str, int], fallback: int | None = None) -> None:
+        if not hasattr(classifier, "predict_proba") or not hasattr(classifier, "classes_"):
+            raise ValueError("RouterPrior needs a fitted probabilistic classifier (predict_proba and classes_)")
+        if not drafter_of_domain:
+            raise ValueError("RouterPrior: drafter_of_domain must map at least one domain to a drafter index")
+        self.classifier, self.drafter_of_domain, self.fallback = classifier, dict(drafter_of_domain), fallback
+
+    def raw(self, n: int, ctx: RequestContext) -> np.ndarray | None:
+        if ctx.prompt is None:
+            raise ValueError("HedgeSpec prior='router' needs the prompt text: pass RequestContext(prompt=...)")
+        idx = [*self.drafter_of_domain.values(), *([] if self.fallback is None else [self.fallback])]
+        if any(not 0 <= i < n for i in idx):
+            raise ValueError(f"RouterPrior: drafter indices {idx} out of range for a pool of {n}")
+        proba = np.asarray(self.classifier.predict_proba([ctx.prompt])[0], dtype=np.float64)
+        p = np.zeros(n)
+        for c, m in zip(self.classifier.classes_, proba):
+            j = self.drafter_of_domain.get(str(c), self.fallback)
+            if j is not None:
+                p[j] += m
+        return p / p.sum() if p.sum() > 0.0 else None
+
+    def record(self, weights: np.ndarray) -> None:
+        return None
+
+
+class RunningPrior:
+    """The mean of the final weights of the requests recorded so far (None, i.e. uniform, before the first)."""
+
+    def __init__(self) -> None:
+        self.total: np.ndarray | None = None
+        self.count = 0
+
+    def raw(self, n: int, ctx: RequestContext) -> np.ndarray | None:
+        if self.total is None:
+            return None
+        if self.total.shape != (n,):
+            raise ValueError(f"prior='running' holds weights over {self.total.size} drafters, the pool has {n}")
+        return self.total / self.count
+
+    def record(self, weights: np.ndarray) -> None:
+        w = np.asarray(weights, dtype=np.float64)
+        self.total = w.copy() if self.total is None else self.total + w
+        self.count += 1
+
+
+def check_prior_options(prior: object, alpha: object, learner: str, source: object) -> PriorSource | None:
+    """Validate the prior options (shared by the per-request and the batched selector); returns the source
+    (None: no prior, or a fixed one)."""
+    check_alpha(alpha)
+    if isinstance(prior, str):
+        if prior not in PRIORS:
+            raise ValueError(f"HedgeSpec prior must be one of {list(PRIORS)} or N probabilities, got {prior!r}")
+    else:
+        check_prior(prior, len(prior) if isinstance(prior, Sequence | np.ndarray) else -1)
+    if prior != "uniform" and learner != "normal_hedge":
+        raise ValueError(f"HedgeSpec prior={prior!r} needs learner='normal_hedge', got learner={learner!r}")
+    if prior == "router":
+        if source is None:
+            raise ValueError(
+                "HedgeSpec prior='router' needs prior_source=RouterPrior(classifier, drafter_of_domain) (scripts/"
+                "bench.py builds it from the data recipes, as for selector=router)"
+            )
+        return source  # type: ignore[return-value]
+    if prior == "running":
+        return source if source is not None else RunningPrior()  # type: ignore[return-value]
+    return None
+
+
+def request_prior(prior: object, source: PriorSource | None, n: int, alpha: float, ctx: RequestContext):  # type: ignore[no-untyped-def]
+    """This request's mixed prior π (None: uniform, the code path of NormalHedge without a prior)."""
+    if isinstance(prior, str) and prior == "uniform":
+        return None
+    if not isinstance(prior, str):
+        p = np.asarray(prior, dtype=np.float64)
+        if p.shape != (n,):
+            raise ValueError(f"HedgeSpec prior has {p.size} entries, the pool has {n} drafters: give one per drafter")
+    else:
+        p = source.raw(n, ctx)  # type: ignore[union-attr]
+    return None if p is None else mix_prior(p, n, alpha)
 
 
 def _check_policy(epsilon: float, evaluation: str, threshold: float, recheck: int) -> float:
@@ -104,9 +231,16 @@ class HedgeSpec(BaseSelector):
         evaluation: str = "random",
         threshold: float = 0.9,
         recheck: int = 8,
+        prior: str | Sequence[float] = "uniform",
+        prior_alpha: float = 0.5,
+        prior_source: PriorSource | None = None,
     ) -> None:
         super().__init__()
         check_options(objective, learner, delay, choice, tail_policy)
+        self.prior_source = check_prior_options(prior, prior_alpha, learner, prior_source)
+        self.prior = prior if isinstance(prior, str) else [float(x) for x in prior]
+        self.prior_alpha = float(prior_alpha)
+        self.pi: np.ndarray | None = None  # the current request's prior (None: uniform)
         self.objective, self.learner_name, self.delay, self.choice = objective, learner, delay, choice
         self.tail_policy, self.seed = tail_policy, seed
         self.epsilon = _check_policy(epsilon, evaluation, threshold, recheck)
@@ -118,6 +252,7 @@ class HedgeSpec(BaseSelector):
         self.evaluated_rounds = 0  # rounds of the current request whose evaluation this selector asked for
 
     def _reset(self) -> None:
+        self.pi = request_prior(self.prior, self.prior_source, self.n, self.prior_alpha, self.ctx)
         self.rng = request_rng(self.seed, self.ctx.request_id)
         self.ledger = FeedbackLedger(self.n, self.k, self.objective, self.tail_policy)
         if self.delay == "queue":
@@ -140,6 +275,8 @@ class HedgeSpec(BaseSelector):
     def _learner(self):  # type: ignore[no-untyped-def]
         if self.policy == "random" and self.learner_name == "hedge":
             return LabelEfficientHedge(self.n, self.epsilon)  # the step for importance-weighted losses
+        if self.pi is not None:
+            return NormalHedge(self.n, prior=self.pi)
         return make_learner(self.learner_name, self.n)
 
     def select(self) -> Decision:
@@ -207,6 +344,8 @@ class HedgeSpec(BaseSelector):
         for t in list(self._remaining):  # dropped tail windows: nothing more will come for these
             self.reduction.release(t)
         self._remaining.clear()
+        if self.prior_source is not None:
+            self.prior_source.record(self.weights())
 
     def weights(self) -> np.ndarray:
         return np.array(self.reduction.weights(), copy=True)
@@ -214,6 +353,10 @@ class HedgeSpec(BaseSelector):
     def state_dict(self) -> dict[str, Any]:
         d = super().state_dict()
         d.update(objective=self.objective, learner=self.learner_name, delay=self.delay, choice=self.choice)
+        if self.prior != "uniform":
+            d.update(prior=self.prior, prior_alpha=self.prior_alpha)
+            if self.pi is not None:
+                d["prior_weights"] = [float(x) for x in self.pi]
         if self.policy != "always":
             d.update(evaluation=self.evaluation, epsilon=self.epsilon, evaluated_rounds=self.evaluated_rounds)
             if self.policy == "adaptive":
