@@ -9,7 +9,9 @@ server and the benchmarks (:func:`load_pool`).  Layout (``version: 1``)::
     drafters:
       - name: sql                                   # unique in the pool
         domain: sql                                 # general = the generalist baseline
-        path: embedded/sql                          # export dir, relative to the manifest's directory
+        path: embedded/sql                          # export dir, inside the manifest's directory
+        external: false                             # true: path may lie outside it (written only when true)
+        weights_hash: sha256:...                    # of model.safetensors at registration (optional)
         target_hash: sha256:...                     # the target its features came from
         vocab_mapping_hash: ...                     # sha256 over the d2t/t2d tensors
         draft_vocab_size: 8192
@@ -18,8 +20,11 @@ server and the benchmarks (:func:`load_pool`).  Layout (``version: 1``)::
         training: {...}                             # budget + resolved SpecForge config
         metrics: {...}                              # final training metrics
 
-:func:`load_pool` validates every drafter against the target (hash, hidden size, vocabulary, aux layers,
-files on disk) and raises ``PoolMismatchError`` naming the drafter and the field.  Writes are atomic
+:func:`load_pool` refuses a drafter ``path`` that leaves the manifest's directory (``..``, an absolute path
+elsewhere, a symlink out) unless the entry says ``external: true``.  With a target it validates every drafter
+against it (hash, hidden size, vocabulary, aux layers, files on disk) and raises ``PoolMismatchError`` naming
+the drafter and the field; a truncated or corrupted ``model.safetensors`` (header, tensor extents, the
+recorded ``weights_hash``) raises ``CorruptCheckpointError`` naming the file.  Writes are atomic
 (temporary file + rename, under a lock file), so concurrent multirun jobs never lose an entry.
 
 Torch-free: a target is described by :class:`TargetInfo` (``TargetInfo.from_model`` reads a loaded model).
@@ -29,7 +34,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
+import math
+import os
+import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -45,6 +54,10 @@ MANIFEST_VERSION = 1
 
 class PoolMismatchError(ValueError):
     """A pool (or one of its drafters) does not belong to the given target."""
+
+
+class CorruptCheckpointError(ValueError):
+    """A drafter's weights file is truncated or corrupted (the message names the file)."""
 
 
 @dataclass(frozen=True)
@@ -86,10 +99,15 @@ class DrafterEntry:
     data_manifest_hash: str
     training: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+    weights_hash: str = ""  # "sha256:<hex>" of model.safetensors; "" = not recorded (older manifests)
+    external: bool = False  # true: ``path`` may point outside the manifest's directory
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["aux_layer_ids"] = list(self.aux_layer_ids)
+        for optional in ("weights_hash", "external"):  # written only when set: older manifests stay unchanged
+            if not d[optional]:
+                del d[optional]
         return d
 
     @classmethod
@@ -113,6 +131,8 @@ class DrafterEntry:
         kw = dict(d)
         kw["aux_layer_ids"] = tuple(int(i) for i in kw["aux_layer_ids"])
         kw["draft_vocab_size"] = int(kw["draft_vocab_size"])
+        if not isinstance(kw.get("external", False), bool):
+            raise ValueError(f"{where}drafter {d['name']!r}: field external must be true or false")
         return cls(**kw)
 
 
@@ -169,7 +189,27 @@ def _parse(raw: Any, path: Path) -> PoolManifest:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"{where}duplicate drafter name(s) {dup}")
+    for d in drafters:
+        check_contained(d, path.parent, where)
     return PoolManifest(str(raw["pool"]), target, manifest_decoding(raw.get("decoding"), where), drafters, path.parent)
+
+
+def check_contained(entry: DrafterEntry, root: Path, where: str = "") -> None:
+    """Refuse a drafter ``path`` that resolves outside ``root`` (the manifest's directory) unless it is external.
+
+    Resolved with symlinks, so ``../x``, an absolute path elsewhere and a symlink out are all refused: a
+    manifest copied from someone else cannot make the engine or the server read files outside its pool.
+    """
+    if entry.external:
+        return
+    base = Path(os.path.realpath(root))
+    p = Path(entry.path)
+    resolved = Path(os.path.realpath(p if p.is_absolute() else base / p))
+    if resolved != base and base not in resolved.parents:
+        raise PoolMismatchError(
+            f"{where}drafter {entry.name!r}: path {entry.path!r} resolves to {resolved}, outside the pool "
+            f"directory {base}; move the export under it, or mark the entry `external: true` if this is intended"
+        )
 
 
 def _check(field_name: str, drafter: str, got: Any, want: Any, target: str, path: Path) -> None:
@@ -203,26 +243,91 @@ def validate_pool(
                 f"pool manifest {path}: drafter {d.name!r}: field draft_vocab_size="
                 f"{d.draft_vocab_size} exceeds the target vocabulary {target.vocab_size}"
             )
-        if not check_files:
-            continue
-        cfg_path = manifest.drafter_path(d) / "config.json"
-        if not cfg_path.is_file():
-            raise PoolMismatchError(
-                f"pool manifest {path}: drafter {d.name!r}: field path -> {cfg_path} does not exist"
-            )
+        if check_files:
+            _check_files(manifest, d, target, path)
+
+
+def _check_files(manifest: PoolManifest, d: DrafterEntry, target: TargetInfo, path: Path) -> None:
+    """The drafter's export on disk: config.json agrees with the target, model.safetensors is intact."""
+    cfg_path = manifest.drafter_path(d) / "config.json"
+    if not cfg_path.is_file():
+        raise PoolMismatchError(f"pool manifest {path}: drafter {d.name!r}: field path -> {cfg_path} does not exist")
+    try:
         cfg = json.loads(cfg_path.read_text())
-        _check(
-            "hidden_size (config.json)",
-            d.name,
-            cfg.get("target_hidden_size", cfg.get("hidden_size")),
-            target.hidden_size,
-            target.name,
-            path,
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptCheckpointError(f"drafter {d.name!r}: {cfg_path} is not valid JSON ({exc})") from exc
+    _check(
+        "hidden_size (config.json)",
+        d.name,
+        cfg.get("target_hidden_size", cfg.get("hidden_size")),
+        target.hidden_size,
+        target.name,
+        path,
+    )
+    _check("vocab_size (config.json)", d.name, cfg.get("vocab_size"), target.vocab_size, target.name, path)
+    aux = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if aux is not None:
+        _check("aux_layer_ids (config.json)", d.name, tuple(aux), d.aux_layer_ids, target.name, path)
+    weights = manifest.drafter_path(d) / "model.safetensors"
+    if weights.is_file() or d.weights_hash:
+        check_safetensors(weights, f"drafter {d.name!r}: ")
+    if d.weights_hash and weights_hash(weights) != d.weights_hash:
+        raise CorruptCheckpointError(
+            f"drafter {d.name!r}: {weights} does not match its recorded weights_hash {d.weights_hash} (corrupted "
+            "or replaced after registration); re-export it (rerun `python train/run.py` for this drafter)"
         )
-        _check("vocab_size (config.json)", d.name, cfg.get("vocab_size"), target.vocab_size, target.name, path)
-        aux = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-        if aux is not None:
-            _check("aux_layer_ids (config.json)", d.name, tuple(aux), d.aux_layer_ids, target.name, path)
+
+
+#: Bytes per element of the safetensors dtypes (the format's spec, huggingface/safetensors README).
+_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2}
+_DTYPE_BYTES |= {"I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+
+
+def check_safetensors(path: str | Path, where: str = "") -> dict[str, Any]:
+    """Read a ``.safetensors`` header without loading tensors; raise CorruptCheckpointError naming ``path`` when
+    the file is missing, truncated or its header is damaged (the layout: an 8-byte little-endian header size,
+    the JSON header, then the tensor bytes, every tensor's ``data_offsets`` inside them and covering them)."""
+    path = Path(path)
+
+    def bad(why: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"{where}{path} is {why}; re-export or re-download it")
+
+    if not path.is_file():
+        raise bad("missing")
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if n < 2 or 8 + n > size:
+            raise bad(f"truncated or not a safetensors file ({size} bytes, header size field {n})")
+        try:
+            header = json.loads(fh.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise bad(f"corrupted (its JSON header does not parse: {exc})") from exc
+    data, end = size - 8 - n, 0
+    for name, info in header.items() if isinstance(header, dict) else []:
+        if name == "__metadata__":
+            continue
+        try:
+            begin, stop = (int(x) for x in info["data_offsets"])
+            want = math.prod(int(s) for s in info["shape"]) * _DTYPE_BYTES.get(str(info["dtype"]), stop - begin)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise bad(f"corrupted (header entry {name!r} is malformed: {exc!r})") from exc
+        if not 0 <= begin <= stop <= data or stop - begin != want:
+            raise bad(f"truncated or corrupted (tensor {name!r} spans bytes {begin}..{stop} of {data})")
+        end = max(end, stop)
+    if not isinstance(header, dict) or end != data:
+        raise bad(f"truncated or corrupted (the header covers {end} of its {data} data bytes)")
+    return header
+
+
+def weights_hash(path: str | Path) -> str:
+    """``sha256:<hex>`` of a file's bytes (what :attr:`DrafterEntry.weights_hash` records)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return f"sha256:{h.hexdigest()}"
 
 
 def load_pool(path: str | Path, target: TargetInfo | None = None, check_files: bool = True) -> PoolManifest:
@@ -302,7 +407,7 @@ def register_drafter(
                 raise PoolMismatchError(
                     f"pool manifest {path}: pool {pool!r} belongs to target {current.target.name!r} "
                     f"(field target.hash {current.target.hash!r}); drafter {entry.name!r} was trained on target "
-                    f"{target.name!r} ({target.hash!r}). Use another pool name (pool=...) for this target"
+                    f"{target.name!r} ({target.hash!r}). Use another pool name (train.pool=...) for this target"
                 )
             drafters = [d for d in current.drafters if d.name != entry.name] + [entry]
             merged_decoding = dict(current.decoding) or manifest_decoding(decoding)

@@ -50,3 +50,18 @@ def test_every_shipped_yaml_starts_with_its_command():
 
 def test_there_are_configs():
     assert "simulate" in PRIMARY
+
+
+@pytest.mark.parametrize(
+    ("target", "budget"), [("llama8b", "paper"), ("qwen8b", "paper"), ("qwen32b", "paper"), ("smollm2", "embedded")]
+)
+def test_pool_names_train_to_serve(target, budget):
+    """What `train/run.py target=T train=B` registers is the manifest `serve/launch.py pool=T` serves."""
+    from hedgespec.pools import pool_path
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        train = compose(config_name="train", overrides=[f"target={target}", f"train={budget}"])
+        serve = compose(config_name="serve", overrides=[f"pool={target}"])
+    assert pool_path(Path(train.paths.pools), train.pool) == Path(serve.pool.manifest)
+    assert serve.pool.target == train.target.name

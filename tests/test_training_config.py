@@ -34,13 +34,13 @@ def test_budgets_compose_and_validate(tmp_path: Path, target: str, budget: str, 
     cfg = compose_train(tmp_path, f"target={target}", f"train={budget}", "domain=sql", "train.plan_only=true")
     res = train_drafter(cfg)
     sf = res.specforge_config
-    assert res.stages == {"plan_only": True}
+    assert res.stages["plan_only"] is True
     assert not any(tmp_path.iterdir()), "plan_only must write nothing"
     if budget == "paper":  # SpecForge's GPU defaults: FSDP, flex attention (and its Triton loss, untouched)
         assert sf["training"]["fsdp_sharding"] == "SHARD_GRAD_OP"
         assert sf["training"]["attention_backend"] == "flex_attention"
         assert sf["training"]["ttt_length"] == 7
-        assert res.pool == f"paper-{target}"
+        assert res.pool == target  # what serve/launch.py pool=<target> reads (test_pool_names_train_to_serve)
         assert sf["model"]["target_model_path"].count("/") == 1  # the HF id
     else:
         assert sf["training"]["fsdp_sharding"] == "NO_SHARD"
@@ -250,3 +250,42 @@ def test_shipped_training_yamls_start_with_their_command() -> None:
     for path in [CONF / "train.yaml", *sorted((CONF / "train").glob("*.yaml"))]:
         first = path.read_text().splitlines()[0]
         assert first.startswith("#") and "train/run.py" in path.read_text().split("\n\n")[0], path
+
+
+# SpecForge's default capture layers [1, L//2 - 1, L - 4] for each paper target's real layer count.
+PAPER_AUX = {"llama8b": [1, 15, 28], "qwen8b": [1, 17, 32], "qwen32b": [1, 31, 60]}
+
+
+@pytest.mark.parametrize("target", sorted(PAPER_AUX))
+def test_paper_plan_shows_real_aux_layers_and_commands(tmp_path: Path, target: str, no_target_loading: None) -> None:
+    cfg = compose_train(
+        tmp_path, f"target={target}", "train=paper", "domain=sql", "train.plan_only=true", "train.gpus=8"
+    )
+    res = train_drafter(cfg)
+    assert res.stages["aux_layer_ids"] == PAPER_AUX[target]
+    assert res.specforge_config["model"]["aux_hidden_state_layer_ids"] == PAPER_AUX[target]
+    train_cmd, export_cmd = res.stages["commands"]
+    assert train_cmd.startswith("specforge train --config ") and "--nproc_per_node 8" in train_cmd
+    assert export_cmd.startswith("specforge export --to sglang")
+    assert res.stages["manifest"] == str(tmp_path / "pools" / f"{target}.yaml")
+
+
+def test_plan_without_layer_count_names_the_fix(tmp_path: Path, no_target_loading: None) -> None:
+    cfg = compose_train(tmp_path, "target=llama8b", "train=paper", "train.plan_only=true", "target.num_layers=null")
+    with pytest.raises(ValueError, match=r"target\.num_layers=<decoder layers> or train\.aux_layer_ids"):
+        train_drafter(cfg)
+    cfg = compose_train(
+        tmp_path,
+        "target=llama8b",
+        "train=paper",
+        "train.plan_only=true",
+        "target.num_layers=null",
+        "train.aux_layer_ids=[2,10,20]",
+    )
+    assert train_drafter(cfg).stages["aux_layer_ids"] == [2, 10, 20]
+
+
+def test_num_layers_checked_against_the_loaded_target(tmp_path: Path) -> None:
+    cfg = compose_train(tmp_path, *tiny_overrides("+target.num_layers=7"))
+    with pytest.raises(ValueError, match=r"has \d+ layers but its config says num_layers=7"):
+        train_drafter(cfg)

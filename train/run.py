@@ -31,6 +31,11 @@ def main(cfg: DictConfig) -> None:
                 "final_step": result.final_step,
                 "metrics": result.metrics,
                 "timings_s": {k: round(v, 2) for k, v in result.timings.items()},
+                **(
+                    {"plan": result.stages, "specforge": result.specforge_config}
+                    if result.stages.get("plan_only")
+                    else {}
+                ),
             },
             indent=2,
         )

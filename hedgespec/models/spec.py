@@ -16,6 +16,8 @@ from typing import Any, Literal
 from omegaconf import OmegaConf
 
 TargetKind = Literal["smollm2", "tiny", "hf"]
+#: SmolLM2-135M-Instruct's decoder layers (its config.json: num_hidden_layers).
+SMOLLM2_LAYERS = 30
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class TargetSpec:
         arch: architecture (kind ``tiny``).
         cache_dir: override for ``$HEDGESPEC_CACHE`` (kind ``smollm2``: where the safetensors conversion lives).
         trust_remote_code: passed to transformers (kind ``hf``), off by default.
+        num_layers: decoder layer count (kind ``hf``), so plans made without loading the target (e.g.
+            ``train.plan_only=true``) show the real EAGLE-3 capture layers; checked against the loaded model.
     """
 
     name: str
@@ -59,6 +63,7 @@ class TargetSpec:
     arch: TinyArch = field(default_factory=TinyArch)
     cache_dir: str | None = None
     trust_remote_code: bool = False
+    num_layers: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("smollm2", "tiny", "hf"):
@@ -67,6 +72,18 @@ class TargetSpec:
             raise ValueError(f"target {self.name!r} has kind=hf but no hf_id; set hf_id to a HF repo id or local path")
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
             raise ValueError(f"target dtype={self.dtype!r} is unknown; expected float32, bfloat16, float16 or auto")
+        if self.num_layers is not None and (isinstance(self.num_layers, bool) or int(self.num_layers) < 1):
+            raise ValueError(f"target num_layers={self.num_layers!r} must be a positive layer count (or null)")
+
+    def layer_count(self) -> int | None:
+        """Decoder layers without loading weights: ``num_layers`` if set, else the tiny arch's or SmolLM2-135M's."""
+        if self.num_layers is not None:
+            return int(self.num_layers)
+        if self.kind == "tiny":
+            return self.arch.num_hidden_layers
+        if self.kind == "smollm2":
+            return SMOLLM2_LAYERS
+        return None
 
     @classmethod
     def from_dict(cls, cfg: Any) -> TargetSpec:
@@ -94,10 +111,19 @@ BUILTIN_TARGETS: dict[str, TargetSpec] = {
     "smollm2": TargetSpec(name="smollm2", kind="smollm2", hf_id="HuggingFaceTB/SmolLM2-135M-Instruct"),
     "tiny": TargetSpec(name="tiny", kind="tiny"),
     "llama8b": TargetSpec(
-        name="llama8b", kind="hf", hf_id="meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16", device="cuda"
+        name="llama8b",
+        kind="hf",
+        hf_id="meta-llama/Llama-3.1-8B-Instruct",
+        dtype="bfloat16",
+        device="cuda",
+        num_layers=32,
     ),
-    "qwen8b": TargetSpec(name="qwen8b", kind="hf", hf_id="Qwen/Qwen3-8B", dtype="bfloat16", device="cuda"),
-    "qwen32b": TargetSpec(name="qwen32b", kind="hf", hf_id="Qwen/Qwen3-32B", dtype="bfloat16", device="cuda"),
+    "qwen8b": TargetSpec(
+        name="qwen8b", kind="hf", hf_id="Qwen/Qwen3-8B", dtype="bfloat16", device="cuda", num_layers=36
+    ),
+    "qwen32b": TargetSpec(
+        name="qwen32b", kind="hf", hf_id="Qwen/Qwen3-32B", dtype="bfloat16", device="cuda", num_layers=64
+    ),
 }
 
 

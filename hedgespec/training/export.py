@@ -3,11 +3,21 @@
 The result is SGLang's EAGLE-3 draft directory (``config.json`` + ``model.safetensors`` with ``fc.weight``,
 ``midlayer.*``, ``norm.weight``, ``lm_head.weight``, ``t2d``, ``d2t``; no ``embed_tokens``: the draft reuses
 the target's embedding), which is also what ``hedgespec.engine.eagle3`` loads.
+
+Crash safety: the export is built in a temporary sibling (``hedgespec.io.atomic_dir``) under a per-drafter lock
+file, so a failure or a kill half-way leaves the destination as it was.  The temporary directory of a process
+that was killed (SIGKILL leaves no chance to clean up) is removed by the next export of the same drafter: no
+live exporter can own it while this one holds the lock.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import re
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from safetensors import safe_open
@@ -28,12 +38,28 @@ def _refuse_foreign(output_dir: Path) -> None:
         )
 
 
+@contextlib.contextmanager
+def export_lock(output_dir: Path) -> Iterator[None]:
+    """Hold ``<parent>/.<name>.export.lock`` and remove what killed exports of ``<name>`` left behind."""
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(output_dir.parent / f".{output_dir.name}.export.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            mine = re.compile(rf"\.{re.escape(output_dir.name)}\.[a-z0-9_]{{8}}\.tmp")  # atomic_dir's mkdtemp names
+            for stale in output_dir.parent.glob(f".{output_dir.name}.*.tmp"):
+                if mine.fullmatch(stale.name) and stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale, ignore_errors=True)
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def export_sglang(
     checkpoint: Path, draft_config: Path, vocab_mapping: Path, output_dir: Path, provenance: dict
 ) -> Path:
     """Export ``checkpoint`` to ``output_dir`` (replacing an earlier export of ours, never foreign content)."""
     output_dir = Path(output_dir)
-    with atomic_dir(output_dir, check_replace=_refuse_foreign) as tmp:
+    with export_lock(output_dir), atomic_dir(output_dir, check_replace=_refuse_foreign) as tmp:
         rc = specforge_cli_main(
             [
                 "export",

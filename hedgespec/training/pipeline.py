@@ -9,16 +9,19 @@ picks up where it stopped:
    ``specforge`` block validates against SpecForge's strict ``Config`` (typos fail here), a CPU budget has
    the CPU settings, and the run/export directories are either absent or ours.
 2. :func:`stage_data`: the target is loaded; the domain's conversation JSONL (``data.path`` overrides the
-   recipe) and its manifest hash; the run directory is claimed with its resume ledger ``<run>/state.json``.
+   recipe) and its manifest hash; a budget whose ``max_length`` cuts off every assistant turn is refused
+   (:func:`check_budget_fits`); the run directory is claimed with its resume ledger ``<run>/state.json``.
 3. :func:`stage_features`: target hidden states in SpecForge's offline format (``hedgespec.training.features``),
    cached under ``<cache>/features/<key>`` keyed by target hash + data hash + aux layer ids, then the draft
    vocabulary mapping from the supervised tokens (``hedgespec.training.vocab``).
 4. :func:`stage_train`: SpecForge ``train`` in-process on the composed, validated config; resumes from the
    newest checkpoint under the run directory (``training.resume_from``) when one exists, and is skipped when
-   the ledger records a finished run whose checkpoint reached ``max_steps``.
+   the ledger records a finished run whose checkpoint reached ``max_steps``; a damaged checkpoint is refused
+   by name before SpecForge reads it (:func:`check_training_state`).
 5. :func:`stage_export`: ``specforge export --to sglang`` into ``<pools>/<pool>/<drafter>/`` (skipped when the
-   ledger records an export of the same checkpoint).
-6. :func:`stage_register`: the drafter entry in ``<pools>/<pool>.yaml`` (``hedgespec.pools``).
+   ledger records an export of the same checkpoint; a failed or killed export leaves nothing there).
+6. :func:`stage_register`: the drafter entry in ``<pools>/<pool>.yaml`` (``hedgespec.pools``), with the
+   ``weights_hash`` of the export; an interrupted and resumed run registers the entry of an uninterrupted one.
 
 Progress: tqdm bars for feature generation and training; SpecForge's metrics go to
 ``<run>/metrics.jsonl`` and, with ``logger=wandb``, to an offline W&B run under ``<run>/wandb``.
@@ -33,6 +36,7 @@ import re
 import shutil
 import sys
 import time
+import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,15 +49,21 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 import data_recipes.build as recipe_build
 import data_recipes.regenerate as recipe_regen  # a module: tests replace its transformers_generator
 import hedgespec.models  # load_target is looked up at call time (tests replace it to prove no work is done)
-from data_recipes.common import EVAL_ONLY_DOMAINS, TRAIN_DOMAINS
+from data_recipes.common import EVAL_ONLY_DOMAINS, SOURCES, TRAIN_DOMAINS
 from hedgespec.io import atomic_dir, write_json_atomic
 from hedgespec.models import TargetSpec, cache_dir, resolve_target
-from hedgespec.pools import DrafterEntry, TargetInfo, pool_path, register_drafter
+from hedgespec.pools import DrafterEntry, TargetInfo, pool_path, register_drafter, weights_hash
 from hedgespec.training._specforge import require_specforge, specforge_cli_main
 from hedgespec.training.config import compose_specforge, draft_config_dict, validate_early, validate_specforge
 from hedgespec.training.cpu import check_cpu_config, cpu_runtime, save_target_head
 from hedgespec.training.export import EXPORT_MARKER, export_sglang
-from hedgespec.training.features import FeatureSet, default_aux_layer_ids, generate_features
+from hedgespec.training.features import (
+    FeatureSet,
+    default_aux_layer_ids,
+    generate_features,
+    read_conversations,
+    tokenize_conversation,
+)
 from hedgespec.training.hashing import file_hash, json_hash
 from hedgespec.training.progress import MetricTee, summarize
 from hedgespec.training.vocab import VocabMapping, build_vocab_mapping
@@ -253,7 +263,7 @@ def _own_or_absent(path: Path, marker: str, what: str) -> None:
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / marker).is_file())):
         raise FileExistsError(
             f"{what} {path} exists and holds content hedgespec did not write (no {marker}); refusing to touch it. "
-            "Move it away or choose another location (paths.outputs / paths.pools / pool=...)"
+            "Move it away or choose another location (paths.outputs / paths.pools / train.pool=...)"
         )
 
 
@@ -271,6 +281,25 @@ def latest_checkpoint(ckpt_root: Path, run_id: str) -> tuple[Path, int] | None:
         if m and (p / "training_state.pt").is_file() and (best is None or int(m.group(1)) > best[1]):
             best = (p, int(m.group(1)))
     return best
+
+
+def check_training_state(ckpt: Path) -> None:
+    """Refuse to resume from a checkpoint whose ``training_state*.pt`` is truncated or corrupted (a ``torch.save``
+    zip archive: its central directory and every member's CRC-32 are checked), naming the file."""
+    for f in sorted(ckpt.glob("training_state*.pt")):
+        try:
+            with zipfile.ZipFile(f) as zf:
+                broken = zf.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+            broken = f"the archive ({exc})"
+        if broken is not None:
+            step = int(m.group(1)) if (m := _STEP_DIR.search(ckpt.name)) else 0
+            older = sorted((int(m.group(1)), p.name) for p in ckpt.parent.iterdir() if (m := _STEP_DIR.search(p.name)))
+            older = [name for n, name in older if n < step]
+            raise RuntimeError(
+                f"checkpoint file {f} is truncated or corrupted ({broken} fails its check); delete {ckpt}"
+                + (f" (and its -latest link) to resume from {older[-1]}" if older else " to train from step 0")
+            )
 
 
 def resolve_data(cfg: Mapping[str, Any], domain: str, loaded: tuple[Any, Any] | None = None) -> tuple[Path, str]:
@@ -385,7 +414,7 @@ def _init_source(train: Mapping[str, Any], pools_dir: Path, pool: str, drafter: 
         raise FileNotFoundError(
             f"train.draft.init={init!r}: drafter {init!r} of pool {pool!r} is not exported "
             f"at {source}; train it first (python train/run.py domain={init} "
-            f"pool={pool} ...) or use train.draft.init=target_head"
+            f"train.pool={pool} ...) or use train.draft.init=target_head"
         )
     return source
 
@@ -405,12 +434,16 @@ def setup(cfg: Any) -> TrainRun:
     t_start = time.perf_counter()
     cfg = _plain(cfg)
     domain = domain_name(cfg["domain"])
+    if str(cfg.get("source", "offline")) not in SOURCES:
+        raise ValueError(f"source={cfg.get('source')!r} is unknown; expected one of {', '.join(SOURCES)}")
     tspec = resolve_target(target_config(cfg))
     train = cfg["train"]
     pool = str(cfg.get("pool") or train.get("pool") or "default")
     drafter = str(cfg.get("drafter") or domain)
-    if not _NAME.fullmatch(drafter) or not _NAME.fullmatch(pool):
-        raise ValueError(f"pool={pool!r} / drafter={drafter!r}: use letters, digits, '_', '-', '.' only")
+    if not all(_NAME.fullmatch(n) and not n.startswith(".") for n in (pool, drafter)):
+        raise ValueError(
+            f"pool={pool!r} / drafter={drafter!r}: use letters, digits, '_', '-', '.' only, not starting with '.'"
+        )
     data_path = (cfg.get("data") or {}).get("path")
     if data_path and not Path(data_path).expanduser().is_file():
         raise FileNotFoundError(f"data.path={str(data_path)!r} does not exist")
@@ -436,7 +469,16 @@ def setup(cfg: Any) -> TrainRun:
 def plan_only(run: TrainRun) -> TrainResult:
     """Compose and validate the SpecForge config for a (GPU) target without loading or writing anything."""
     train = run.train
-    aux = train.get("aux_layer_ids") or [1, 2, 3]
+    n_layers = run.target.layer_count()
+    if train.get("aux_layer_ids"):
+        aux = [int(i) for i in train["aux_layer_ids"]]
+    elif n_layers is not None:
+        aux = default_aux_layer_ids(n_layers)
+    else:
+        raise ValueError(
+            f"train.plan_only=true: target {run.target.name!r} has no num_layers, so the EAGLE-3 capture layers "
+            "are unknown without loading it; set target.num_layers=<decoder layers> or train.aux_layer_ids=[a,b,c]"
+        )
     raw = compose_specforge(
         train.get("specforge") or {},
         target_model_path=str(run.target.hf_id or run.target.name),
@@ -449,18 +491,20 @@ def plan_only(run: TrainRun) -> TrainResult:
         tracking=run.tracking,
     )
     sf_cfg = validate_specforge(raw)
+    gpus = int(train.get("gpus") or 1)
+    plan = {
+        "plan_only": True,
+        "aux_layer_ids": aux,
+        "commands": [
+            f"specforge train --config {run.run_dir / 'run.yaml'}"
+            + (f"   # SpecForge starts torchrun --nproc_per_node {gpus}" if gpus > 1 else ""),
+            f"specforge export --to sglang <final checkpoint under {run.ckpt_root}> -> {run.export_dir}",
+        ],
+        "manifest": str(pool_path(run.pools_dir, run.pool)),
+        "export_dir": str(run.export_dir),
+    }
     return TrainResult(
-        run.drafter,
-        run.domain,
-        run.pool,
-        run.run_dir,
-        None,
-        None,
-        None,
-        {},
-        {"plan_only": True},
-        {},
-        sf_cfg.model_dump(mode="json"),
+        run.drafter, run.domain, run.pool, run.run_dir, None, None, None, {}, plan, {}, sf_cfg.model_dump(mode="json")
     )
 
 
@@ -474,7 +518,14 @@ def stage_data(run: TrainRun) -> None:
         run.target_info = TargetInfo.from_model(run.target.name, run.model, run.tokenizer)
     with _timed(run, "data"):
         run.data_path, run.data_hash = resolve_data(run.cfg, run.domain, loaded=(run.model, run.tokenizer))
+        check_budget_fits(run.cfg, run.domain, run.data_path, run.tokenizer)
     n_layers, vocab_size = run.target_info.num_layers, run.target_info.vocab_size
+    expected = run.target.layer_count()
+    if expected is not None and expected != n_layers:
+        raise ValueError(
+            f"target {run.target.name!r} has {n_layers} layers but its config says num_layers={expected}; "
+            "fix target.num_layers (plans made without loading the target use it)"
+        )
     run.aux = [int(i) for i in (run.train.get("aux_layer_ids") or default_aux_layer_ids(n_layers))]
     if len(set(run.aux)) != 3 or not all(0 <= i < n_layers for i in run.aux):
         raise ValueError(
@@ -494,6 +545,41 @@ def stage_data(run: TrainRun) -> None:
         }
     )[:20]
     _claim_run_dir(run)
+
+
+def check_budget_fits(cfg: Mapping[str, Any], domain: str, data_path: Path, tokenizer: Any) -> None:
+    """Refuse, before any feature or training work, a budget whose ``max_length`` truncates away every assistant
+    token of the conversations it would use (``train.features.max_samples`` of them), naming the length needed.
+
+    Stops at the first conversation that fits, so a budget that works costs one tokenisation.
+    """
+    train = cfg.get("train") or {}
+    feats = train.get("features") or {}
+    lengths = {"train.features.max_length": int(feats.get("max_length", 512))}
+    sf_len = ((train.get("specforge") or {}).get("data") or {}).get("max_length")
+    if sf_len is not None:
+        lengths["train.specforge.data.max_length"] = int(sf_len)
+    max_length = min(lengths.values())
+    rows = read_conversations(data_path, feats.get("max_samples"))
+    firsts = []
+    for row in rows:
+        _ids, mask = tokenize_conversation(tokenizer, row["conversations"], 1 << 30)
+        first = int(mask.nonzero()[0, 0]) if bool(mask.any()) else None
+        if first is not None and first < max_length:
+            return
+        if first is not None:
+            firsts.append(first)
+    if not firsts:
+        raise ValueError(
+            f"domain={domain}: {data_path} has no assistant turn to supervise in {len(rows)} conversations"
+        )
+    need = min(firsts) + 1
+    fix = " ".join(f"{k}={-(-need // 64) * 64}" for k in lengths)
+    raise ValueError(
+        f"domain={domain}: budget train={train.get('name')} truncates every one of the {len(rows)} conversations it "
+        f"uses before its first assistant token ({', '.join(f'{k}={v}' for k, v in lengths.items())}; the shortest "
+        f"prompt of {data_path} needs {need} tokens). Raise it: {fix}, or pass data.path=<shorter conversations>"
+    )
 
 
 def _claim_run_dir(run: TrainRun) -> None:
@@ -565,6 +651,8 @@ def stage_train(run: TrainRun) -> None:
             run.final_step, run.metrics = run.latest[1], done.get("metrics", {})
             return
         run.state.clear("train", "export", "register")
+        if run.latest is not None:  # SpecForge resumes from it: refuse a damaged one by name
+            check_training_state(run.latest[0])
         _, run.metrics = _run_specforge_train(
             run_yaml, run.run_dir, run.device, max_steps, run.latest[1] if run.latest else 0, run.progress
         )
@@ -683,6 +771,14 @@ def stage_export(run: TrainRun) -> None:
             run.state.mark("export", {"checkpoint": str(checkpoint), "path": str(run.export_dir)})
 
 
+def _recorded_config(sf: dict[str, Any]) -> dict[str, Any]:
+    """The SpecForge config as the pool entry records it: without ``training.resume_from``, which says only where
+    the last invocation picked up, so an interrupted and resumed run registers the entry of an uninterrupted one."""
+    training = dict(sf.get("training") or {})
+    training["resume_from"] = None
+    return {**sf, "training": training}
+
+
 def stage_register(run: TrainRun) -> None:
     """Add (or replace) the drafter's entry in ``<pools>/<pool>.yaml``."""
     cfg = run.cfg
@@ -697,12 +793,13 @@ def stage_register(run: TrainRun) -> None:
         draft_vocab_size=run.draft_vocab,
         aux_layer_ids=tuple(run.aux),
         data_manifest_hash=run.data_hash,
+        weights_hash=weights_hash(run.export_dir / "model.safetensors"),
         training={
             "budget": run.train.get("name"),
             "final_step": run.final_step,
             "features": run.features.key,
             "vocab_coverage": round(vm.coverage, 6),
-            "specforge": run.specforge.model_dump(mode="json"),
+            "specforge": _recorded_config(run.specforge.model_dump(mode="json")),
         },
         metrics=run.metrics,
     )
