@@ -34,7 +34,7 @@ def run(cfg: DictConfig) -> dict[str, Path]:
     tokenizer: Any = None
     if cfg.get("count_tokens"):
         if cfg.count_tokens != "target":
-            raise ValueError(f"count_tokens={cfg.count_tokens!r} is unknown; expected null or target")
+            raise DataRecipeError(f"count_tokens={cfg.count_tokens!r} is unknown; expected null or target")
         tokenizer = load_tokenizer(target)
     tokenizer_name = target.get("name") if isinstance(target, dict) else str(target)
     out = prepare(

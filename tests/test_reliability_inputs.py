@@ -135,6 +135,8 @@ CASES = [
         r"decoding.num_steps \(speculation depth K\) must be an int >= 1, got 0",
     ),
     ("scripts/generate.py", lambda t: ["sampling.temperature=-1"], r"temperature must be a number >= 0, got -1"),
+    ("scripts/generate.py", lambda t: ["prompts=[]"], r"prompts=\[\]: give a list of prompts"),
+    ("scripts/generate.py", lambda t: ["max_new_tokens=0"], r"max_new_tokens=0: must be an int >= 1"),
     ("scripts/simulate.py", lambda t: ["experiment=nosuch"], r"Could not find 'experiment/nosuch'"),
     (
         "scripts/simulate.py",

@@ -196,3 +196,19 @@ def test_paths_inside_the_pool_load(tmp_path: Path) -> None:
 def test_optional_fields_are_not_written_when_unset(tmp_path: Path) -> None:
     man = _manifest(tmp_path, None)
     assert "weights_hash" not in man.read_text() and "external" not in man.read_text()
+
+
+def test_engine_load_of_a_damaged_drafter_names_the_file(tmp_path: Path) -> None:
+    """Inline ``kind: path`` pools load through Eagle3Drafter.load, not load_pool: the same structural check."""
+    from hedgespec.engine.eagle3 import Eagle3Drafter
+    from hedgespec.fixtures import random_drafter, tiny_llama
+
+    model = tiny_llama()
+    random_drafter(model, seed=0).save(tmp_path / "d")
+    assert Eagle3Drafter.load(tmp_path / "d", model).name == "d"
+    _truncate(tmp_path / "d" / "model.safetensors", 40)
+    with pytest.raises(CorruptCheckpointError, match=r"drafter 'd': .*model\.safetensors"):
+        Eagle3Drafter.load(tmp_path / "d", model)
+    (tmp_path / "d" / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"drafter 'd': .*config\.json is not valid JSON"):
+        Eagle3Drafter.load(tmp_path / "d", model)

@@ -52,8 +52,22 @@ def _plain_one(model: Any, tok: Any, text: Any, cfg: dict[str, Any]) -> dict[str
     }  # fmt: skip
 
 
+def check_request(cfg: dict[str, Any]) -> None:
+    """Refuse an empty prompt list or a non-positive token budget before any model or pool is built."""
+    prompts = cfg.get("prompts")
+    if not prompts or isinstance(prompts, str):
+        raise ValueError(
+            f"prompts={prompts!r}: give a list of prompts, e.g. prompts='[\"def fib(n):\"]' (or prompts=[[1,2,3]] "
+            "for token ids)"
+        )
+    n = cfg.get("max_new_tokens")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"max_new_tokens={n!r}: must be an int >= 1")
+
+
 def run_generate(cfg: dict[str, Any], model: Any = None, tokenizer: Any = None) -> dict[str, Any]:
     """Generate for ``cfg['prompts']``; returns per-prompt text, tokens and stats (JSON-able)."""
+    check_request(cfg)
     if cfg["selector"]["name"] == PLAIN:
         if model is None:
             model, tokenizer = load_target(dict(cfg["target"]))

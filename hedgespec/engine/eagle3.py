@@ -39,6 +39,7 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
 from hedgespec.io import atomic_dir
+from hedgespec.pools import check_safetensors
 
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"
 
@@ -171,8 +172,12 @@ class Eagle3Drafter:
                 raise ValueError(
                     f"drafter {name!r}: {p} not found (expected the directory `specforge export --to sglang` writes)"
                 )
-        with open(cfg_path) as fh:
-            config = json.load(fh)
+        try:
+            with open(cfg_path) as fh:
+                config = json.load(fh)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"drafter {name!r}: {cfg_path} is not valid JSON ({err}); re-export the drafter") from err
+        check_safetensors(st_path, f"drafter {name!r}: ")  # a truncated/damaged file is named, not a bare error
         state = load_file(st_path)
         state = {k.removeprefix("model."): v for k, v in state.items()}  # tolerate a trainer prefix
         drafter = cls.from_state(config, state, name=name)
