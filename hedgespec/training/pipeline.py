@@ -54,6 +54,7 @@ from hedgespec.io import atomic_dir, write_json_atomic
 from hedgespec.models import TargetSpec, cache_dir, resolve_target
 from hedgespec.pools import DrafterEntry, TargetInfo, pool_path, register_drafter, weights_hash
 from hedgespec.training._specforge import require_specforge, specforge_cli_main
+from hedgespec.training.capture_deepspeed import capture_features_deepspeed, check_features_backend, target_model_dir
 from hedgespec.training.config import compose_specforge, draft_config_dict, validate_early, validate_specforge
 from hedgespec.training.cpu import check_cpu_config, cpu_runtime, save_target_head
 from hedgespec.training.export import EXPORT_MARKER, export_sglang
@@ -458,6 +459,7 @@ def setup(cfg: Any) -> TrainRun:
     device = str(train.get("device", "cpu"))
     if device == "cpu":
         check_cpu_config(block)
+    check_features_backend(train.get("features"))  # before anything is loaded: backend name, offload, install
     _own_or_absent(run_dir, RUN_MARKER, "run directory")
     _own_or_absent(export_dir, EXPORT_MARKER, "export directory")
     init_source = _init_source(train, pools_dir, pool, drafter)
@@ -608,19 +610,30 @@ def _claim_run_dir(run: TrainRun) -> None:
 def stage_features(run: TrainRun) -> None:
     """Target features (cached by content key) and the draft vocabulary mapping built from them."""
     feats_cfg = run.train.get("features") or {}
+    common = {
+        "target_hash": run.target_info.hash,
+        "aux_layer_ids": run.aux,
+        "max_length": int(feats_cfg.get("max_length", 512)),
+        "max_samples": feats_cfg.get("max_samples"),
+        "dtype": str(feats_cfg.get("dtype", "bfloat16")),
+        "progress": run.progress,
+    }
+    root = _cache_root(run.cfg) / "features"
     with _timed(run, "features"):
-        fs = run.features = generate_features(
-            run.model,
-            run.tokenizer,
-            run.data_path,
-            _cache_root(run.cfg) / "features",
-            target_hash=run.target_info.hash,
-            aux_layer_ids=run.aux,
-            max_length=int(feats_cfg.get("max_length", 512)),
-            max_samples=feats_cfg.get("max_samples"),
-            dtype=str(feats_cfg.get("dtype", "bfloat16")),
-            progress=run.progress,
-        )
+        if check_features_backend(feats_cfg) == "deepspeed":  # ZeRO-Inference in a torchrun child
+            ds = feats_cfg.get("deepspeed") or {}
+            model_dir = target_model_dir(run.target, _cache_root(run.cfg), loaded=(run.model, run.tokenizer))
+            fs = run.features = capture_features_deepspeed(
+                model_dir,
+                run.data_path,
+                root,
+                compute_dtype=str(run.model.dtype).removeprefix("torch."),
+                offload=str(ds.get("offload", "cpu")),
+                nvme_path=ds.get("nvme_path"),
+                **common,
+            )
+        else:
+            fs = run.features = generate_features(run.model, run.tokenizer, run.data_path, root, **common)
     run.state.mark(
         "features",
         {

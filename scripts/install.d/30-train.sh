@@ -10,6 +10,9 @@
 # * triton is deliberately NOT installed (1 GB): specforge.core.loss imports it at module import, and
 #   hedgespec.training.cpu registers a pure-torch stand-in for that module on CPU runs instead.
 #   sglang, yunchang, tensorboard, flash-attn (GPU / online-capture only) are not installed either.
+# * deepspeed==0.19.8 (sdist, pure Python: DS_BUILD_OPS=0, no op is compiled at install) for the opt-in
+#   ZeRO-Inference feature capture (hedgespec/training/capture_deepspeed.py); it adds hjson, msgpack, ninja and
+#   py-cpuinfo (pinned in requirements/constraints.txt) and leaves torch as it is.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -33,5 +36,10 @@ else
 fi
 python -c "import pydantic, accelerate, datasets, psutil, openai_harmony" 2>/dev/null \
   || python -m pip install -q -c requirements/constraints.txt "pydantic>=2" "accelerate>=1.0" "datasets>=3" psutil openai-harmony
+if python -c "import importlib.metadata as m, sys; sys.exit(m.version('deepspeed') != '0.19.8')" 2>/dev/null; then
+  echo "   deepspeed 0.19.8 already installed"
+else
+  DS_BUILD_OPS=0 python -m pip install -q -c requirements/constraints.txt "deepspeed==0.19.8"
+fi
 python -c "import specforge.config, specforge.cli" || { echo "30-train.sh: specforge does not import" >&2; exit 1; }
 echo "   specforge $(python -c 'import importlib.metadata as m; print(m.version("specforge"))') ready (CPU: no triton, see hedgespec/training/cpu.py)"
