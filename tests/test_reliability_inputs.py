@@ -86,8 +86,12 @@ CASES = [
     (
         "serve/launch.py",
         lambda t: _serve(t, "pool=llama8b"),
-        r"pool manifest pools/llama8b.yaml does not exist; train drafters with `python train/run.py`",
+        r"pool 'llama8b': manifest pools/llama8b.yaml does not exist; train its drafters first, e.g. `python "
+        r"train/run.py -m domain=python,.*,general target=llama8b train=paper`",
     ),
+    ("serve/launch.py", lambda t: _serve(t, "port=abc"), r"port='abc': must be an int in \[1, 65535\]"),
+    ("serve/launch.py", lambda t: _serve(t, "port=70000"), r"port=70000: must be an int in \[1, 65535\]"),
+    ("serve/launch.py", lambda t: _serve(t, "max_running_requests=0"), r"max_running_requests=0: must be an int >= 1"),
     ("scripts/bench.py", lambda t: ["pool=tiny", "selector=nosuch"], r"Could not find 'selector/nosuch'"),
     ("scripts/bench.py", lambda t: ["pool=tiny", "workload=nosuch"], r"Could not find 'workload/nosuch'"),
     ("scripts/bench.py", lambda t: ["pool=tiny", "backend=nosuch"], r"Could not find 'backend/nosuch'"),

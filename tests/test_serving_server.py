@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import os
+import re
 import socket
 import urllib.error
 import urllib.request
@@ -167,6 +168,32 @@ def test_malformed_request_gets_4xx_and_server_keeps_serving(random_server):
         urllib.request.urlopen(req, timeout=60)
     assert 400 <= err.value.code < 500
     assert len(_generate(srv, PROMPTS[0], 4)["output_ids"]) == 4
+
+
+def test_request_longer_than_the_context_gets_400_naming_the_limit(random_server, ckpt, reference):
+    """SGLang's own length check answers before any model work; one-token requests (finished in prefill, where
+    SGLang never calls the worker's finish hook) and later requests are still served right."""
+    n, srv = random_server
+    if n != 1:
+        pytest.skip("runs once, on the 1-drafter server (servers are shared per pool size)")
+    context = json.loads((ckpt / "t_rand" / "config.json").read_text())["max_position_embeddings"]
+    body = {"input_ids": [5] * (context + 10), "sampling_params": {"temperature": 0, "max_new_tokens": 4}}
+    req = urllib.request.Request(
+        srv.plan.base_url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=60)
+    assert err.value.code == 400
+    message = json.loads(err.value.read())["error"]["message"]
+    # SGLang counts the prompt plus the tokens it reserves for speculation
+    got = re.fullmatch(
+        r"The input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)\.", message
+    )
+    assert got is not None, message
+    assert int(got.group(1)) >= context + 10 and int(got.group(2)) == context
+    for ids in PROMPTS[:2]:
+        assert _generate(srv, ids, 1)["output_ids"] == reference[tuple(ids)][:1]
+    assert _generate(srv, PROMPTS[0])["output_ids"] == reference[tuple(PROMPTS[0])]
 
 
 def test_selection_moves_to_the_agreeing_drafter(ckpt, tmp_path):

@@ -1,8 +1,9 @@
 """From a composed ``conf/serve.yaml`` to the exact SGLang command line (no sglang import here).
 
 :func:`build_plan` resolves the pool to on-disk checkpoints, validates it **before** anything is started
-(pool for another target, missing drafter path, drafters with different aux layer ids, unknown selector,
-unsupported tree settings; each refusal is a ``ValueError`` naming the cause), and returns a
+(pool for another target, missing drafter path, drafters that disagree on aux layer ids, vocabulary or shapes,
+drafter dtypes that cannot be reconciled, ``topk`` above the draft vocabulary, rejection sampling with HEDGESPEC,
+unknown selector, unsupported tree settings; each refusal is a ``ValueError`` naming the cause), and returns a
 :class:`ServePlan`: the argv of ``python -m hedgespec.serving.server`` (every speculative setting explicit,
 host 127.0.0.1 by default) plus the environment (``HEDGESPEC_CONFIG`` for the worker; the CPU shim for
 ``device=cpu``).
@@ -10,7 +11,8 @@ host 127.0.0.1 by default) plus the environment (``HEDGESPEC_CONFIG`` for the wo
 Pool configs (``conf/pool/<pool>.yaml``) come in two shapes:
 
 * trained pools: ``manifest: pools/<pool>.yaml`` (written by ``train/run.py``; read with
-  :func:`hedgespec.pools.load_pool`) plus ``target_path`` (HF id or local directory of the target);
+  :func:`hedgespec.pools.load_pool`) plus ``target_path`` (HF id or local directory of the target; ``null``
+  = the local copy hedgespec.models converts for the ``smollm2`` target, or the registry's id for an ``hf`` one);
 * ``pool=tiny``: ``drafters: [{name, kind, seed, ...}]`` built in place (random weights); the launcher writes
   a 4-layer random Llama target and one random EAGLE-3 drafter per entry under ``workdir``
   (:mod:`hedgespec.serving.tiny`); ``kind: fit`` entries are served as random heads (fitting needs the engine).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import struct
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +32,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from hedgespec.decoding import DecodingConfig
+from hedgespec.models import resolve_target
+from hedgespec.models.smollm2 import converted_dir
 from hedgespec.pools import load_pool
 from hedgespec.selectors import SELECTORS
 from hedgespec.serving.server import cpu_environment  # imports no sglang
@@ -36,6 +41,12 @@ from hedgespec.serving.server import cpu_environment  # imports no sglang
 DEVICES = ("cuda", "cpu")
 SELECTOR_META_KEYS = ("name", "label", "drafter")
 CPU_DEFAULT_MAX_TOTAL_TOKENS = 8192
+SPECULATIVE_PARAMS = ("decoding", "sglang_default")
+DTYPES = ("float32", "bfloat16", "float16")
+_SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+# Drafter config fields SGLang sizes one draft KV layout and one hidden-state capture from (drafter 0's)
+_SHARED_FIELDS = ("hidden_size", "num_hidden_layers", "num_key_value_heads", "head_dim", "vocab_size")
+REJECTION_SAMPLING_FLAG = "--speculative-use-rejection-sampling"
 
 
 @dataclass
@@ -52,6 +63,7 @@ class ServePlan:
     selector_kwargs: dict[str, Any] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 30000
+    dtype: str | None = None  # --dtype passed to SGLang (target and drafters); None = SGLang's auto
 
     @property
     def base_url(self) -> str:
@@ -61,10 +73,14 @@ class ServePlan:
     def openai_base_url(self) -> str:
         return f"{self.base_url}/v1"
 
-    def command(self) -> str:
-        """The shell command (environment assignments included) that starts this server."""
+    def command(self, redact: bool = True) -> str:
+        """The shell command (environment assignments included) that starts this server; the ``--api-key``
+        value is shown as ``***`` unless ``redact=False``."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (env + " " if env else "") + " ".join(shlex.quote(a) for a in self.argv)
+        argv = list(self.argv)
+        if redact and "--api-key" in argv[:-1]:
+            argv[argv.index("--api-key") + 1] = "***"
+        return (env + " " if env else "") + " ".join(shlex.quote(a) for a in argv)
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
@@ -92,40 +108,115 @@ def _aux_ids(cfg: dict[str, Any]) -> tuple[int, ...] | None:
     return tuple(int(i) for i in ids) if ids is not None else None
 
 
-def check_drafters(target_cfg: dict[str, Any] | None, drafters: list[tuple[str, Path]]) -> None:
+def _draft_vocab(cfg: dict[str, Any]) -> int:
+    return int(cfg.get("draft_vocab_size") or cfg.get("vocab_size") or 0)
+
+
+def _check_against_target(target_cfg: dict[str, Any], name: str, path: Path, dcfg: dict[str, Any]) -> None:
+    hidden = dcfg.get("target_hidden_size", dcfg.get("hidden_size"))
+    if hidden != target_cfg.get("hidden_size"):
+        raise ValueError(
+            f"drafter {name!r} ({path}) is for another target: hidden size {hidden}, "
+            f"target has {target_cfg.get('hidden_size')}"
+        )
+    if dcfg.get("vocab_size") != target_cfg.get("vocab_size"):
+        raise ValueError(
+            f"drafter {name!r} ({path}) is for another target: vocab_size "
+            f"{dcfg.get('vocab_size')}, target has {target_cfg.get('vocab_size')}"
+        )
+    layers = int(target_cfg.get("num_hidden_layers", 0))
+    ids = _aux_ids(dcfg)
+    if ids is not None and layers and (len(set(ids)) != len(ids) or not all(0 <= i < layers - 1 for i in ids)):
+        raise ValueError(
+            f"drafter {name!r}: aux layer ids {list(ids)} cannot be captured by SGLang from a "
+            f"{layers}-layer target (need distinct ids in [0, {layers - 2}])"
+        )
+
+
+def _check_shared(configs: list[tuple[str, dict[str, Any]]]) -> None:
+    """Drafters served together must agree on what SGLang reads once for the pool: the captured target layers
+    (aux ids), the vocabularies and the draft KV layout (SGLang sizes every draft pool from drafter 0's)."""
+    first, cfg0 = configs[0]
+    checks = [("eagle_aux_hidden_state_layer_ids", _aux_ids), ("draft_vocab_size", _draft_vocab)]
+    checks += [(key, lambda c, k=key: c.get(k)) for key in _SHARED_FIELDS]
+    for key, get in checks:
+        values = {name: get(cfg) for name, cfg in configs}
+        if len({json.dumps(v) for v in values.values()}) > 1:
+            detail = ", ".join(f"{n!r}: {list(v) if isinstance(v, tuple) else v}" for n, v in values.items())
+            what = "aux layer ids" if key.startswith("eagle") else key
+            raise ValueError(
+                f"drafters use different {what} ({detail}); SGLang serves a pool with one captured set of "
+                f"target layers, one vocabulary mapping size and one draft KV layout, so every drafter must "
+                f"share {key} (retrain the odd one with the pool's settings, or serve it in another pool)"
+            )
+
+
+def check_drafters(target_cfg: dict[str, Any] | None, drafters: list[tuple[str, Path]]) -> list[dict[str, Any]]:
     """Refuse drafters SGLang cannot serve together: missing files, another target's shapes, or aux layer
-    ids that differ between drafters (SGLang captures one set of target layers for the whole pool)."""
+    ids, vocabularies or draft shapes that differ between drafters. Returns the drafters' configs."""
     if not drafters:
         raise ValueError("pool has no drafters")
-    seen: dict[tuple[int, ...] | None, str] = {}
+    configs = []
     for name, path in drafters:
         dcfg = _drafter_config(path, name)
         if target_cfg is not None:
-            hidden = dcfg.get("target_hidden_size", dcfg.get("hidden_size"))
-            if hidden != target_cfg.get("hidden_size"):
-                raise ValueError(
-                    f"drafter {name!r} ({path}) is for another target: hidden size {hidden}, "
-                    f"target has {target_cfg.get('hidden_size')}"
-                )
-            if dcfg.get("vocab_size") != target_cfg.get("vocab_size"):
-                raise ValueError(
-                    f"drafter {name!r} ({path}) is for another target: vocab_size "
-                    f"{dcfg.get('vocab_size')}, target has {target_cfg.get('vocab_size')}"
-                )
-            layers = int(target_cfg.get("num_hidden_layers", 0))
-            ids = _aux_ids(dcfg)
-            if ids is not None and layers and (len(set(ids)) != len(ids) or not all(0 <= i < layers - 1 for i in ids)):
-                raise ValueError(
-                    f"drafter {name!r}: aux layer ids {list(ids)} cannot be captured by SGLang from a "
-                    f"{layers}-layer target (need distinct ids in [0, {layers - 2}])"
-                )
-        seen.setdefault(_aux_ids(dcfg), name)
-    if len(seen) > 1:
-        detail = ", ".join(f"{n!r}: {list(i) if i is not None else 'default'}" for i, n in seen.items())
+            _check_against_target(target_cfg, name, path, dcfg)
+        configs.append((name, dcfg))
+    _check_shared(configs)
+    return [c for _, c in configs]
+
+
+def _safetensors_dtype(path: Path) -> str | None:
+    """The floating dtype of the first float tensor in ``path/model.safetensors`` (header only, no torch)."""
+    f = path / "model.safetensors"
+    if not f.is_file():
+        return None
+    with open(f, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(n))
+    for key, meta in sorted(header.items()):
+        if key != "__metadata__" and meta.get("dtype") in _SAFETENSORS_DTYPES:
+            return _SAFETENSORS_DTYPES[meta["dtype"]]
+    return None
+
+
+def checkpoint_dtype(path: Path, cfg: dict[str, Any] | None) -> str | None:
+    """A checkpoint's stored dtype: its weights' (safetensors header), else config.json's ``dtype``."""
+    found = _safetensors_dtype(path)
+    if found is None and cfg is not None:
+        found = cfg.get("dtype") or cfg.get("torch_dtype")
+    return str(found) if found in DTYPES else None
+
+
+def reconcile_dtype(
+    dtype: Any, drafters: list[tuple[str, Path]], configs: list[dict[str, Any]], target_dtype: str | None = None
+) -> str | None:
+    """The ``--dtype`` to pass. SGLang casts target and drafters to one ``--dtype``, but its ``auto`` picks
+    each checkpoint's own (float32 becomes float16), so a float32 target with bfloat16 drafters would meet in a
+    matmul with two dtypes. Explicit ``dtype`` wins; ``null`` = the drafters' common dtype for both, except
+    float32 drafters of a half-precision target, which are served in the target's dtype (no upcast target)."""
+    if dtype:
+        if str(dtype) not in DTYPES:
+            raise ValueError(f"dtype={dtype!r}: expected one of {DTYPES} or null (the drafters' dtype)")
+        return str(dtype)
+    if not drafters:
+        return None
+    found = {name: checkpoint_dtype(Path(p), c) for (name, p), c in zip(drafters, configs)}
+    kinds = set(found.values())
+    if len(kinds) > 1:
         raise ValueError(
-            f"drafters use different aux layer ids ({detail}); SGLang captures one set of target "
-            "layers per server, so a pool must share eagle_aux_hidden_state_layer_ids"
+            f"drafters are stored in different dtypes ({found}) and dtype is null; SGLang serves target and "
+            f"drafters in one dtype: pass it, e.g. `dtype={'bfloat16' if 'bfloat16' in kinds else 'float32'}`"
         )
+    drafter_dtype = kinds.pop()  # None (nothing readable): SGLang's auto, which then treats both alike
+    if drafter_dtype == "float32" and target_dtype in ("bfloat16", "float16"):
+        return target_dtype
+    return drafter_dtype
+
+
+def _target_dtype(target_path: str) -> str | None:
+    path = Path(target_path)
+    return checkpoint_dtype(path, _local_target_config(target_path)) if path.is_dir() else None
 
 
 def _local_target_config(target_path: str) -> dict[str, Any] | None:
@@ -136,12 +227,46 @@ def _local_target_config(target_path: str) -> dict[str, Any] | None:
     return None
 
 
-def resolve_pool(pool: Any, workdir: str | Path) -> tuple[str, str, list[tuple[str, Path]]]:
-    """``(target_name, target_path, [(drafter name, dir)])`` for a pool config (see module docstring)."""
+def default_target_path(pool: str, target_name: str, prepare: bool = False) -> str:
+    """Where the server loads ``target_name`` from when the pool sets no ``target_path``: the local
+    safetensors copy hedgespec.models converts for ``smollm2`` (converted now when ``prepare``; offline), or the
+    registry's id for an ``hf`` target. The Hugging Face id of smollm2 is used only when set as target_path."""
+    try:
+        spec = resolve_target(target_name)
+    except ValueError as e:
+        raise ValueError(f"pool {pool!r}: set pool.target_path (HF id or local dir of the target): {e}") from None
+    if spec.kind == "smollm2":
+        local = converted_dir(spec.cache_dir)
+        if prepare and not (local / "config.json").is_file():
+            from hedgespec.models.smollm2 import convert_smollm2  # torch: only when a conversion is needed
+
+            print(f"converting target smollm2 into {local} (once, offline)", flush=True)
+            local = convert_smollm2(spec.cache_dir)
+        return str(local)
+    if spec.kind == "hf" and spec.hf_id:
+        return str(spec.hf_id)
+    raise ValueError(
+        f"pool {pool!r}: target {target_name!r} has no on-disk copy to serve; set pool.target_path to the local "
+        "HF directory of the target the pool was trained for (save_pretrained of hedgespec.models.load_target)"
+    )
+
+
+def resolve_pool(pool: Any, workdir: str | Path, prepare: bool = False) -> tuple[str, str, list[tuple[str, Path]]]:
+    """``(target_name, target_path, [(drafter name, dir)])`` for a pool config (see module docstring);
+    ``prepare``: convert a missing local target copy now (the launcher; a dry run only prints the path)."""
     pool = _plain(pool)
     name = str(_get(pool, "name", "?"))
     manifest = _get(pool, "manifest")
     if manifest:
+        if not Path(str(manifest)).is_file():
+            tgt = _get(pool, "target") or name
+            budget = {"smollm2": "embedded", "tiny": "tiny"}.get(str(tgt), "paper")
+            raise FileNotFoundError(
+                f"pool {name!r}: manifest {manifest} does not exist; train its drafters first, e.g. `python "
+                f"train/run.py -m domain=python,math,biology,chemistry,medqa,cnndm,sql,general target={tgt} "
+                f"train={budget}` (registers them in {Path(str(manifest)).name} under paths.pools), or point "
+                "pool.manifest at an existing manifest"
+            )
         man = load_pool(manifest, target=None, check_files=False)
         target_name = str(_get(pool, "target", man.target.name))
         if man.target.name != target_name:
@@ -149,9 +274,7 @@ def resolve_pool(pool: Any, workdir: str | Path) -> tuple[str, str, list[tuple[s
                 f"pool {name!r}: manifest {manifest} was trained for target {man.target.name!r}, "
                 f"but this pool config serves target {target_name!r} (pool for another target)"
             )
-        target_path = _get(pool, "target_path")
-        if not target_path:
-            raise ValueError(f"pool {name!r}: set target_path (HF id or local dir of {target_name!r})")
+        target_path = _get(pool, "target_path") or default_target_path(name, target_name, prepare)
         drafters = [(d.name, man.drafter_path(d)) for d in man.drafters]
         return target_name, str(target_path), drafters
     entries = _get(pool, "drafters")
@@ -224,29 +347,75 @@ def _served_drafters(cfg: Any, sel: _SelectorPlan, names: list[str], paths: list
     return [general], [paths[names.index(general)]]
 
 
-def _server_args(cfg: Any, dec: DecodingConfig, device: str) -> list[str]:
-    """Every speculative and sizing flag explicit (``decoding`` group → ``--speculative-*``)."""
-    argv = [
+def _speculative_args(cfg: Any, sel: _SelectorPlan, dec: DecodingConfig) -> list[str]:
+    """``--speculative-*`` from the ``decoding`` group, or none (SGLang chooses by target architecture, e.g.
+    steps 5, topk 4, 8 draft tokens for Llama) with ``speculative_params=sglang_default`` (stock EAGLE-3 only)."""
+    mode = str(_get(cfg, "speculative_params", "decoding") or "decoding")
+    if mode not in SPECULATIVE_PARAMS:
+        raise ValueError(f"speculative_params={mode!r}: expected one of {SPECULATIVE_PARAMS}")
+    if mode == "sglang_default":
+        if not sel.stock:
+            raise ValueError(
+                "speculative_params=sglang_default is for selector=eagle (stock EAGLE-3): SGLang's defaults draft "
+                "trees for Llama targets, the HEDGESPEC worker drafts chains; use speculative_params=decoding"
+            )
+        return []
+    return [
         "--speculative-num-steps",
         str(dec.num_steps),
         "--speculative-eagle-topk",
         str(dec.topk),
         "--speculative-num-draft-tokens",
         str(dec.num_draft_tokens),
-        "--max-running-requests",
-        str(int(_get(cfg, "max_running_requests", 16))),
-        "--disable-overlap-schedule",
     ]
+
+
+def _server_args(cfg: Any, sel: _SelectorPlan, dec: DecodingConfig, device: str, dtype: str | None) -> list[str]:
+    """Every speculative and sizing flag explicit (``decoding`` group → ``--speculative-*``)."""
+    argv = _speculative_args(cfg, sel, dec)
+    argv += ["--max-running-requests", str(int(_get(cfg, "max_running_requests", 16)))]
+    # HEDGESPEC registers without overlap support; SGLang itself turns overlap off for speculation on CPU
+    if not sel.stock or device == "cpu":
+        argv.append("--disable-overlap-schedule")
     max_total = _get(cfg, "max_total_tokens") or (CPU_DEFAULT_MAX_TOTAL_TOKENS if device == "cpu" else None)
     if max_total:
         argv += ["--max-total-tokens", str(int(max_total))]
     if _get(cfg, "mem_fraction_static") is not None:
         argv += ["--mem-fraction-static", str(_get(cfg, "mem_fraction_static"))]
-    if _get(cfg, "dtype"):
-        argv += ["--dtype", str(_get(cfg, "dtype"))]
+    if dtype:
+        argv += ["--dtype", dtype]
+    if _get(cfg, "api_key"):
+        argv += ["--api-key", str(_get(cfg, "api_key"))]
+    if _get(cfg, "trust_remote_code", False) is True:
+        argv.append("--trust-remote-code")
     if device == "cpu":
         argv += ["--device", "cpu", "--attention-backend", "intel_amx", "--skip-server-warmup"]
-    return argv + [str(a) for a in (_plain(_get(cfg, "extra_args")) or [])]
+    return argv + _extra_args(cfg, sel)
+
+
+def _extra_args(cfg: Any, sel: _SelectorPlan) -> list[str]:
+    extra = [str(a) for a in (_plain(_get(cfg, "extra_args")) or [])]
+    if not sel.stock and any(
+        a == REJECTION_SAMPLING_FLAG or a.startswith(REJECTION_SAMPLING_FLAG + "=") for a in extra
+    ):
+        raise ValueError(
+            f"extra_args has {REJECTION_SAMPLING_FLAG}: with HEDGESPEC that is not lossless (SGLang's rejection "
+            "sampler would use the draft law of the last drafter extended, not of each request's chosen drafter); "
+            "remove it (HEDGESPEC verifies with SGLang's target-only rule), or serve selector=eagle"
+        )
+    if any(a == "--trust-remote-code" for a in extra) and _get(cfg, "trust_remote_code", False) is not True:
+        raise ValueError("extra_args has --trust-remote-code: set trust_remote_code=true instead (off by default)")
+    return extra
+
+
+def _check_topk(dec: DecodingConfig, names: list[str], configs: list[dict[str, Any]]) -> None:
+    for name, c in zip(names, configs):
+        vocab = _draft_vocab(c)
+        if vocab and dec.topk > vocab:
+            raise ValueError(
+                f"decoding.topk={dec.topk} is larger than drafter {name!r}'s draft vocabulary ({vocab} tokens); "
+                f"set decoding.topk <= {vocab}"
+            )
 
 
 def _server_env(sel: _SelectorPlan, names: list[str], paths: list[str], device: str) -> dict[str, str]:
@@ -262,18 +431,44 @@ def _server_env(sel: _SelectorPlan, names: list[str], paths: list[str], device: 
     return env
 
 
-def build_plan(cfg: Any, python: str | None = None) -> ServePlan:
-    """Validate a composed serve config and build the server command (see module docstring)."""
+def _int_option(cfg: Any, key: str, default: Any, lo: int, hi: int | None = None, null_ok: bool = False) -> None:
+    v = _get(cfg, key, default)
+    if v is None and null_ok:
+        return
+    ok = isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
+    if not ok:
+        bound = f"an int in [{lo}, {hi}]" if hi is not None else f"an int >= {lo}"
+        raise ValueError(f"{key}={v!r}: must be {bound}" + (" or null" if null_ok else ""))
+
+
+def check_sizing(cfg: Any) -> None:
+    """Port and sizing options, named when wrong (before anything is resolved or loaded)."""
+    _int_option(cfg, "port", 30000, 1, 65535)
+    _int_option(cfg, "max_running_requests", 16, 1)
+    _int_option(cfg, "max_total_tokens", None, 1, null_ok=True)
+    frac = _get(cfg, "mem_fraction_static")
+    if frac is not None and (isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0.0 < frac < 1.0):
+        raise ValueError(f"mem_fraction_static={frac!r}: must be a fraction in (0, 1) of the GPU memory, or null")
+
+
+def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> ServePlan:
+    """Validate a composed serve config and build the server command (see module docstring); ``prepare``:
+    convert a missing local target copy (the launcher does; a dry run does not)."""
     device = str(_get(cfg, "device", "cuda"))
     if device not in DEVICES:
         raise ValueError(f"device={device!r}: expected one of {DEVICES}")
+    check_sizing(cfg)
     sel = _selector_plan(cfg)
     dec = DecodingConfig.from_dict(_plain(_get(cfg, "decoding")) or {})
     if not sel.stock and dec.mode != "chain":
         raise ValueError(f"decoding.mode={dec.mode}: the HEDGESPEC worker drafts chains only (decoding=chain)")
-    _, target_path, drafters = resolve_pool(_get(cfg, "pool"), _get(cfg, "workdir", "outputs/serve"))
-    check_drafters(_local_target_config(target_path), drafters)
-    names, paths = _served_drafters(cfg, sel, [n for n, _ in drafters], [str(Path(p).resolve()) for _, p in drafters])
+    _, target_path, drafters = resolve_pool(_get(cfg, "pool"), _get(cfg, "workdir", "outputs/serve"), prepare)
+    all_names = [n for n, _ in drafters]
+    names, paths = _served_drafters(cfg, sel, all_names, [str(Path(p).resolve()) for _, p in drafters])
+    served = [(n, p) for n, p in drafters if n in names]
+    configs = check_drafters(_local_target_config(target_path), served)
+    _check_topk(dec, names, configs)
+    dtype = reconcile_dtype(_get(cfg, "dtype"), served, configs, _target_dtype(target_path))
     host, port = str(_get(cfg, "host", "127.0.0.1")), int(_get(cfg, "port", 30000))
     algorithm = "EAGLE3" if sel.stock else "HEDGESPEC"
     argv = [
@@ -290,7 +485,7 @@ def build_plan(cfg: Any, python: str | None = None) -> ServePlan:
         algorithm,
         "--speculative-draft-model-path",
         paths[0],
-        *_server_args(cfg, dec, device),
+        *_server_args(cfg, sel, dec, device, dtype),
     ]
     return ServePlan(
         argv=argv,
@@ -303,4 +498,5 @@ def build_plan(cfg: Any, python: str | None = None) -> ServePlan:
         selector_kwargs=sel.kwargs,
         host=host,
         port=port,
+        dtype=dtype,
     )

@@ -123,8 +123,9 @@ def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
 
 def serve(cfg: Any) -> ServePlan:
     """Run the server described by a composed ``conf/serve.yaml`` (or print it with ``dry_run=true``)."""
-    plan = build_plan(cfg)
-    if bool(cfg.get("dry_run", False)):
+    dry_run = bool(cfg.get("dry_run", False))
+    plan = build_plan(cfg, prepare=not dry_run)  # a dry run converts nothing: it prints where the target is read
+    if dry_run:
         print(plan.command())
         return plan
     from hedgespec.serving._sglang import require_sglang

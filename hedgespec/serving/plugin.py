@@ -40,14 +40,60 @@ def _request_level_key(original: Any, self: Any, key: str) -> bool:
     return key.startswith(META_PREFIX) or original(self, key)
 
 
-def _n_drafters() -> int:
-    raw = os.environ.get("HEDGESPEC_CONFIG")
+CONFIG_ENV = "HEDGESPEC_CONFIG"
+# key -> (accepted JSON types, required); written by hedgespec.serving.argv (the launcher)
+_CONFIG_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "drafters": ((list,), True),
+    "names": ((list,), False),
+    "selector": ((str,), False),
+    "selector_kwargs": ((dict,), False),
+    "stale_state_s": ((int, float), False),
+}
+
+
+def parse_worker_config(raw: str | None) -> dict[str, Any]:
+    """The worker config from the ``HEDGESPEC_CONFIG`` JSON, validated: a ``ValueError`` names the bad key
+    (unknown, missing, wrong type, empty or non-string drafter paths, names not matching the drafters)."""
+    where = f"{CONFIG_ENV} (worker config written by `python serve/launch.py`)"
     if not raw:
-        return 1
+        raise ValueError(f"{where} is not set; start the server with `python serve/launch.py pool=<pool>`")
     try:
-        return max(1, len(json.loads(raw).get("drafters") or []))
-    except (ValueError, AttributeError):
+        cfg = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where} is not valid JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{where} must be a JSON object, got {type(cfg).__name__}")
+    for key in cfg:
+        if key not in _CONFIG_KEYS:
+            raise ValueError(f"{where}: unknown key {key!r}; expected keys {sorted(_CONFIG_KEYS)}")
+    for key, (types, required) in _CONFIG_KEYS.items():
+        if key not in cfg:
+            if required:
+                raise ValueError(f"{where}: key {key!r} is missing")
+            continue
+        value = cfg[key]
+        if not isinstance(value, types) or isinstance(value, bool):
+            want = " or ".join(t.__name__ for t in types)
+            raise ValueError(f"{where}: key {key!r} must be a {want}, got {value!r}")
+    _check_lists(cfg, where)
+    return cfg
+
+
+def _check_lists(cfg: dict[str, Any], where: str) -> None:
+    drafters = cfg["drafters"]
+    if not drafters or not all(isinstance(d, str) and d for d in drafters):
+        raise ValueError(f"{where}: key 'drafters' must be a non-empty list of drafter directories, got {drafters!r}")
+    names = cfg.get("names")
+    if names is not None and (len(names) != len(drafters) or not all(isinstance(n, str) for n in names)):
+        raise ValueError(f"{where}: key 'names' must list one name per drafter ({len(drafters)}), got {names!r}")
+    if "stale_state_s" in cfg and not cfg["stale_state_s"] > 0:
+        raise ValueError(f"{where}: key 'stale_state_s' must be > 0, got {cfg['stale_state_s']!r}")
+
+
+def _n_drafters() -> int:
+    if not os.environ.get(CONFIG_ENV):
         return 1
+    return len(parse_worker_config(os.environ[CONFIG_ENV])["drafters"])
 
 
 def _count_all_draft_pools(config: Any, *args: Any, **kwargs: Any) -> Any:

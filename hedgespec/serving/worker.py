@@ -20,15 +20,15 @@ see :mod:`hedgespec.serving.plugin`).
 
 Scope: chain drafting (``--speculative-eagle-topk 1``), no overlap scheduling, no pipeline parallelism, no
 draft-extend CUDA graphs (the all-row draft logits exist only on the eager path). The worker is configured
-through the ``HEDGESPEC_CONFIG`` environment variable (JSON, written by the launcher, see
-:func:`hedgespec.serving.argv.worker_config`) because SGLang's ``ServerArgs`` is a sealed struct.
+through the ``HEDGESPEC_CONFIG`` environment variable (JSON written by :func:`hedgespec.serving.argv.build_plan`,
+validated by :func:`hedgespec.serving.plugin.parse_worker_config`) because SGLang's ``ServerArgs`` is a sealed
+struct. Per-request states live in :class:`hedgespec.serving.states.RequestStates`, freed at finish and at abort.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 import os
 import time
@@ -44,12 +44,13 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
 from hedgespec.selectors import make_selector
+from hedgespec.serving.plugin import CONFIG_ENV, parse_worker_config
 from hedgespec.serving.rounds import greedy_gamma
+from hedgespec.serving.states import RequestStates
 from hedgespec.types import RequestContext, RoundFeedback
 
 logger = logging.getLogger(__name__)
 
-CONFIG_ENV = "HEDGESPEC_CONFIG"
 META_KEYS = ("hedgespec_histogram", "hedgespec_weights", "hedgespec_selector", "hedgespec_rounds")
 
 # ScheduleBatch fields that draft()/draft-extend rewrite; restored between the per-drafter calls.
@@ -68,17 +69,12 @@ _BATCH_FIELDS = (
 
 
 def load_config() -> dict[str, Any]:
-    """The worker config written by the launcher (``HEDGESPEC_CONFIG``)."""
-    raw = os.environ.get(CONFIG_ENV)
-    if not raw:
-        raise RuntimeError(
-            f"--speculative-algorithm HEDGESPEC needs the {CONFIG_ENV} environment variable (drafter paths and "
-            "selector); start the server with `python serve/launch.py pool=<pool>`"
-        )
-    cfg = json.loads(raw)
-    if not cfg.get("drafters"):
-        raise RuntimeError(f"{CONFIG_ENV} lists no drafters")
-    return cfg
+    """The worker config written by the launcher (``HEDGESPEC_CONFIG``), validated by
+    :func:`hedgespec.serving.plugin.parse_worker_config` (a bad key fails the server start, naming the key)."""
+    try:
+        return parse_worker_config(os.environ.get(CONFIG_ENV))
+    except ValueError as e:
+        raise RuntimeError(f"--speculative-algorithm HEDGESPEC: {e}") from None
 
 
 class HedgeSpecAlgo(CustomSpecAlgo):
@@ -122,7 +118,6 @@ class _RequestState:
     rounds: int = 0
     histogram: list[int] = field(default_factory=list)
     weights: list[float] | None = None
-    last_seen: float = field(default_factory=time.monotonic)
 
 
 def _snapshot(batch: Any) -> dict[str, Any]:
@@ -176,8 +171,8 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         self._selector_name = str(cfg.get("selector", "hedgespec"))
         self._selector_kwargs = dict(cfg.get("selector_kwargs") or {})
         make_selector(self._selector_name, **self._selector_kwargs)  # fail at startup, not per request
-        self._states: dict[str, _RequestState] = {}
-        self._stale_after_s = float(cfg.get("stale_state_s", 3600.0))  # aborted requests never report "finished"
+        # freed at finish, abort or disconnect (hedgespec.serving.states); stale_state_s is only a backstop
+        self._states = RequestStates(lambda st: st.selector.end_request(), float(cfg.get("stale_state_s", 3600.0)))
         logger.info("HEDGESPEC worker: %d drafters %s, selector %s", len(drafters), paths, self._selector_name)
 
     # ------------------------------------------------------------------ lifecycle hooks (all drafters)
@@ -216,29 +211,20 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
     # ------------------------------------------------------------------ per-request state
     def _state(self, req: Any) -> _RequestState:
-        st = self._states.get(req.rid)
-        if st is None:
-            sel = make_selector(self._selector_name, **self._selector_kwargs)
-            sel.begin_request(self.n_drafters, int(self.speculative_num_steps), RequestContext(request_id=str(req.rid)))
-            st = _RequestState(
-                selector=sel,
-                rows=[None] * self.n_drafters,
-                next_pred=[-1] * self.n_drafters,
-                histogram=[0] * self.n_drafters,
-            )
-            self._states[req.rid] = st
-        st.last_seen = time.monotonic()
-        return st
+        return self._states.get(req, lambda: self._new_state(req))
 
-    def _drop_stale(self) -> None:
-        cutoff = time.monotonic() - self._stale_after_s
-        for rid in [rid for rid, st in self._states.items() if st.last_seen < cutoff]:
-            self._states.pop(rid).selector.end_request()
+    def _new_state(self, req: Any) -> _RequestState:
+        sel = make_selector(self._selector_name, **self._selector_kwargs)
+        sel.begin_request(self.n_drafters, int(self.speculative_num_steps), RequestContext(request_id=str(req.rid)))
+        return _RequestState(
+            selector=sel,
+            rows=[None] * self.n_drafters,
+            next_pred=[-1] * self.n_drafters,
+            histogram=[0] * self.n_drafters,
+        )
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
-        st = self._states.pop(rid, None)
-        if st is not None:
-            st.selector.end_request()
+        self._states.free(rid)
 
     @staticmethod
     def _target_ids(drafter: EagleDraftWorker, draft_ids: torch.Tensor) -> torch.Tensor:
@@ -270,6 +256,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         return self._decode(batch, on_publish, grammar_barrier, pp_proxy_tensors)
 
     def _prefill(self, batch, on_publish, pp_proxy_tensors):
+        self._states.sweep()
         out = self.target_worker.forward_batch_generation(
             batch,
             pp_proxy_tensors=pp_proxy_tensors,
@@ -298,7 +285,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
     def _decode(self, batch, on_publish, grammar_barrier, pp_proxy_tensors):
         t0 = time.perf_counter()
-        self._drop_stale()
+        self._states.sweep()  # requests that finished or were aborted since the last round (prefill included)
         reqs = list(batch.reqs)
         states = [self._state(r) for r in reqs]
         decisions = [st.selector.select() for st in states]
