@@ -314,6 +314,11 @@ class _SelectorPlan:
     stock: bool  # stock SGLang EAGLE-3 with the pool's generalist (selector=eagle)
     kwargs: dict[str, Any]
     drafter: str | None
+    plain: bool = False  # selector=none: plain SGLang decoding of the target, no speculation (the × plain baseline)
+
+
+#: ``selector=none``: the target alone (conf/selector/none.yaml), as in the bench's plain baseline
+PLAIN_SELECTOR = "none"
 
 
 def _selector_plan(cfg: Any) -> _SelectorPlan:
@@ -321,6 +326,8 @@ def _selector_plan(cfg: Any) -> _SelectorPlan:
     if isinstance(sel, str):
         sel = {"name": sel}
     name, label = str(sel.get("name")), str(sel.get("label") or sel.get("name"))
+    if name == PLAIN_SELECTOR:
+        return _SelectorPlan(name, label, False, {}, None, plain=True)
     stock = label == "eagle"
     if not stock and name not in SELECTORS:
         raise ValueError(
@@ -372,10 +379,10 @@ def _speculative_args(cfg: Any, sel: _SelectorPlan, dec: DecodingConfig) -> list
 
 def _server_args(cfg: Any, sel: _SelectorPlan, dec: DecodingConfig, device: str, dtype: str | None) -> list[str]:
     """Every speculative and sizing flag explicit (``decoding`` group → ``--speculative-*``)."""
-    argv = _speculative_args(cfg, sel, dec)
+    argv = [] if sel.plain else _speculative_args(cfg, sel, dec)
     argv += ["--max-running-requests", str(int(_get(cfg, "max_running_requests", 16)))]
     # HEDGESPEC registers without overlap support; SGLang itself turns overlap off for speculation on CPU
-    if not sel.stock or device == "cpu":
+    if not sel.plain and (not sel.stock or device == "cpu"):
         argv.append("--disable-overlap-schedule")
     max_total = _get(cfg, "max_total_tokens") or (CPU_DEFAULT_MAX_TOTAL_TOKENS if device == "cpu" else None)
     if max_total:
@@ -420,7 +427,7 @@ def _check_topk(dec: DecodingConfig, names: list[str], configs: list[dict[str, A
 
 def _server_env(sel: _SelectorPlan, names: list[str], paths: list[str], device: str) -> dict[str, str]:
     env: dict[str, str] = {}
-    if not sel.stock:
+    if not sel.stock and not sel.plain:
         env["HEDGESPEC_CONFIG"] = json.dumps(
             {"drafters": paths, "names": names, "selector": sel.name, "selector_kwargs": sel.kwargs}
         )
@@ -469,8 +476,11 @@ def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> Se
     configs = check_drafters(_local_target_config(target_path), served)
     _check_topk(dec, names, configs)
     dtype = reconcile_dtype(_get(cfg, "dtype"), served, configs, _target_dtype(target_path))
+    if sel.plain:  # the drafters only fixed the dtype, so plain decoding runs in the speculative servers' dtype
+        names, paths = [], []
     host, port = str(_get(cfg, "host", "127.0.0.1")), int(_get(cfg, "port", 30000))
-    algorithm = "EAGLE3" if sel.stock else "HEDGESPEC"
+    algorithm = "NONE" if sel.plain else "EAGLE3" if sel.stock else "HEDGESPEC"
+    spec = [] if sel.plain else ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", paths[0]]
     argv = [
         python or sys.executable,
         "-m",
@@ -481,10 +491,7 @@ def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> Se
         host,
         "--port",
         str(port),
-        "--speculative-algorithm",
-        algorithm,
-        "--speculative-draft-model-path",
-        paths[0],
+        *spec,
         *_server_args(cfg, sel, dec, device, dtype),
     ]
     return ServePlan(

@@ -1,0 +1,32 @@
+"""Plain decoding, stock EAGLE-3 and HEDGESPEC servers side by side (see hedgespec/serving/compare.py).
+
+Usage:
+    python scripts/serve_compare.py pool=smollm2 device=cpu
+    python scripts/serve_compare.py pool=tiny device=cpu compare.concurrency=[1]
+Writes serve_compare.json and serve_compare.md into the Hydra run dir and prints the table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from hedgespec.io import write_json_atomic, write_text_atomic
+from hedgespec.serving.compare import run_compare, table
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="serve_compare")
+def main(cfg: DictConfig) -> None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    res = run_compare(OmegaConf.to_container(cfg, resolve=True), run_dir)
+    md = table(res)
+    print(md)
+    write_text_atomic(md + "\n", run_dir / "serve_compare.md")
+    print(f"wrote {write_json_atomic(res, run_dir / 'serve_compare.json')}")
+
+
+if __name__ == "__main__":
+    main()
