@@ -272,7 +272,7 @@ def test_header_command_composes_and_plans(conf: str, script: str, overrides: li
             try:
                 serve(dry)
             except FileNotFoundError as err:  # a trained pool (pools/<pool>.yaml) that this checkout lacks
-                assert "does not exist; train drafters with `python train/run.py`" in str(err)
+                assert "does not exist; train its drafters first" in str(err)
         elif "dry_run=true" in run:  # scripts/embedded.py dry_run=true: prints its commands, runs nothing
             assert run_entry(script, *run, tmp=tmp_path) == 0
         else:
