@@ -83,7 +83,9 @@ def test_plain_server_plan_has_no_speculation(tmp_path: Path) -> None:
     spec = build_plan(_compose("serve", *base))
     assert plain.algorithm == "NONE" and plain.drafter_names == []
     assert not any(a.startswith("--speculative") for a in plain.argv) and "HEDGESPEC_CONFIG" not in plain.env
-    assert "--disable-overlap-schedule" not in plain.argv  # plain SGLang at its own defaults
+    assert "--disable-overlap-schedule" in plain.argv  # on CPU every server runs the same (non-overlap) scheduler
+    gpu = build_plan(_compose("serve", "pool=tiny", "device=cuda", f"workdir={tmp_path}", "selector=none"))
+    assert "--disable-overlap-schedule" not in gpu.argv  # on CUDA plain SGLang keeps its default overlap
     assert plain.dtype == spec.dtype and plain.target_path == spec.target_path
 
 

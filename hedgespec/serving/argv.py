@@ -381,8 +381,9 @@ def _server_args(cfg: Any, sel: _SelectorPlan, dec: DecodingConfig, device: str,
     """Every speculative and sizing flag explicit (``decoding`` group → ``--speculative-*``)."""
     argv = [] if sel.plain else _speculative_args(cfg, sel, dec)
     argv += ["--max-running-requests", str(int(_get(cfg, "max_running_requests", 16)))]
-    # HEDGESPEC registers without overlap support; SGLang itself turns overlap off for speculation on CPU
-    if not sel.plain and (not sel.stock or device == "cpu"):
+    # HEDGESPEC registers without overlap support; SGLang itself turns overlap off for speculation on CPU, and
+    # plain decoding on CPU runs without it too, so every CPU server has the same scheduler
+    if device == "cpu" or not (sel.plain or sel.stock):
         argv.append("--disable-overlap-schedule")
     max_total = _get(cfg, "max_total_tokens") or (CPU_DEFAULT_MAX_TOTAL_TOKENS if device == "cpu" else None)
     if max_total:
