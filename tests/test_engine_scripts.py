@@ -17,7 +17,9 @@ from hedgespec.fixtures import greedy_reference
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 # router needs a classifier trained on the data recipes: scripts/bench.py builds it (tests/test_bench_run.py)
-SELECTOR_CONFIGS = sorted(p.stem for p in (ROOT / "conf" / "selector").glob("*.yaml") if p.stem != "router")
+#: selectors that need the prompt router, which generate.py does not train (it has no domain data): bench only
+ROUTED = ("router", "hedgespec_prior")
+SELECTOR_CONFIGS = sorted(p.stem for p in (ROOT / "conf" / "selector").glob("*.yaml") if p.stem not in ROUTED)
 
 
 def _cfg(*overrides: str):
@@ -54,6 +56,14 @@ def test_generate_every_selector_config(tiny, selector):
     else:
         assert sum(res["histogram"]) == res["rounds"]
     assert "MAT=" in format_results(out)
+
+
+@pytest.mark.parametrize("selector", ROUTED)
+def test_generate_refuses_routed_selectors_naming_the_bench(tiny, selector):
+    model, tok = tiny
+    cfg = _small_pool(_cfg("target=tiny", "pool=tiny", f"selector={selector}", "max_new_tokens=8"))
+    with pytest.raises(ValueError, match=r"needs a prompt classifier trained on the domain data.*scripts/bench\.py"):
+        run_generate(cfg, model, tok)
 
 
 def test_generate_tree_sampling_and_trace(tiny, tmp_path):
