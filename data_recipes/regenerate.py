@@ -7,17 +7,20 @@ for ``temperature=0``, sampled otherwise). Output: ``<domain dir>/regen/<split>.
 SpecForge schema, written one record at a time with a progress bar; a rerun resumes after the ids already
 present. The default budget (8 examples x 256 new tokens) fits the embedded SmolLM2 target on a 2-core CPU
 (5-14 tok/s -> 2-7 minutes per domain); raise ``max_examples`` on GPU machines.
-``batch_size`` > 1 batches prompts through one left-padded ``generate`` call (transformers path).
+``batch_size`` > 1 batches prompts through one left-padded ``generate`` call (transformers path) or sends that
+many requests at once (server path: the server batches them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +32,19 @@ from .common import DataRecipeError, read_jsonl, validate_record
 
 Generator = Callable[[list[dict[str, str]]], str]
 
+#: ``regen.backend``: batched ``generate`` in this process, or a plain SGLang server started for the run
+BACKENDS = ("transformers", "sglang")
+
 
 def server_generator(
     url: str, model: str | None, max_new_tokens: int, temperature: float, seed: int, timeout: float = 600.0
 ) -> Generator:
-    """Chat completions against an OpenAI-compatible endpoint (stdlib ``urllib``; no extra dependency)."""
+    """Chat completions against an OpenAI-compatible endpoint (stdlib ``urllib``; no extra dependency).
+
+    The returned function also has ``.batch(list_of_messages) -> list[str]``: the prompts sent at once from one
+    thread each, answers in prompt order, so ``batch_size`` is the client's concurrency and the server's
+    continuous batching does the rest (as SpecForge's ``scripts/regenerate_train_data.py`` drives SGLang).
+    """
     endpoint = url.rstrip("/")
     if not endpoint.endswith("/chat/completions"):
         endpoint = (endpoint if endpoint.endswith("/v1") else endpoint + "/v1") + "/chat/completions"
@@ -55,6 +66,13 @@ def server_generator(
         except (urllib.error.URLError, OSError, KeyError, ValueError) as e:
             raise DataRecipeError(f"regen.url={url!r}: request to {endpoint} failed: {e}") from e
 
+    def batch(many: list[list[dict[str, str]]]) -> list[str]:
+        if len(many) <= 1:
+            return [gen(m) for m in many]
+        with ThreadPoolExecutor(max_workers=len(many)) as pool:
+            return list(pool.map(gen, many))  # map keeps prompt order; the first failure is raised
+
+    gen.batch = batch  # type: ignore[attr-defined]
     return gen
 
 
@@ -129,8 +147,17 @@ def regenerate(
     generator: Generator | None = None,
     progress: bool = True,
     batch_size: int = 1,
+    backend: str = "transformers",
+    server: dict[str, Any] | None = None,
 ) -> Path:
-    """Regenerate the assistant turns of ``<domain_dir>/<split>.jsonl``; returns the output path (resumable)."""
+    """Regenerate the assistant turns of ``<domain_dir>/<split>.jsonl``; returns the output path (resumable).
+
+    ``backend="sglang"`` (without a ``url``) starts a plain SGLang server of ``target`` for the run
+    (``hedgespec.serving.launch.plain_server``; ``server`` holds its options: port, device, dtype, log_path) and
+    sends ``batch_size`` requests at once; ``backend="transformers"`` batches ``generate`` calls in this process.
+    """
+    if backend not in BACKENDS:
+        raise DataRecipeError(f"regen.backend={backend!r}: expected one of {BACKENDS}")
     domain_dir = Path(domain_dir)
     src = domain_dir / f"{split}.jsonl"
     if not src.is_file():
@@ -150,18 +177,58 @@ def regenerate(
     done = {r["id"] for r in read_jsonl(out)} if out.is_file() else set()
     skipped = set(skipped_path.read_text().split()) if skipped_path.is_file() else set()
     todo = [r for r in read_jsonl(src)[:max_examples] if r["id"] not in done and r["id"] not in skipped]
-    if todo and generator is None:
-        generator = (
-            server_generator(url, model, max_new_tokens, temperature, seed)
-            if url
-            else transformers_generator(target, max_new_tokens, temperature, seed)
-        )
     t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        if todo and generator is None:
+            if backend == "sglang" and not url:
+                url = _start_server(stack, target, batch_size, server or {})
+            generator = (
+                server_generator(url, model, max_new_tokens, temperature, seed)
+                if url
+                else transformers_generator(target, max_new_tokens, temperature, seed)
+            )
+        _write_answers(todo, generator, batch_size, out, skipped_path, f"regen {domain_dir.name}/{split}", progress)
+    info = {
+        "split": split,
+        "target": name,
+        "url": url,
+        "backend": backend,
+        "temperature": temperature,
+        "max_new_tokens": max_new_tokens,
+        "max_examples": max_examples,
+        "batch_size": batch_size,
+        "records": len(read_jsonl(out)) if out.is_file() else 0,
+        "seconds_last_run": round(time.perf_counter() - t0, 2),
+    }
+    (out_dir / f"{split}.{name}.json").write_text(json.dumps(info, indent=2) + "\n")
+    return out
+
+
+def _start_server(stack: contextlib.ExitStack, target: Any, concurrency: int, opts: dict[str, Any]) -> str:
+    """Start a plain SGLang server of ``target`` for this run (stopped when ``stack`` closes); its base URL."""
+    from hedgespec.serving.launch import plain_server  # lazily: only the sglang backend starts a server
+
+    name = target if isinstance(target, str) else _target_name(target, None)
+    srv = plain_server(name, concurrency=concurrency, **opts)
+    stack.enter_context(srv)
+    return srv.plan.base_url
+
+
+def _write_answers(
+    todo: list[dict[str, Any]],
+    generator: Any,
+    batch_size: int,
+    out: Path,
+    skipped_path: Path,
+    desc: str,
+    progress: bool,
+) -> None:
+    """Generate and append the answers of ``todo`` in source order (a rerun resumes after the last one written)."""
     batched = getattr(generator, "batch", None) if batch_size > 1 else None
     with (
         open(out, "a", encoding="utf-8") as f,
         open(skipped_path, "a") as fs,
-        tqdm(total=len(todo), desc=f"regen {domain_dir.name}/{split}", disable=not progress, unit="ex") as bar,
+        tqdm(total=len(todo), desc=desc, disable=not progress, unit="ex") as bar,
     ):
         for i in range(0, len(todo), batch_size if batched else 1):
             chunk = todo[i : i + batch_size] if batched else todo[i : i + 1]
@@ -176,16 +243,3 @@ def regenerate(
             f.flush()
             fs.flush()
             bar.update(len(chunk))
-    info = {
-        "split": split,
-        "target": name,
-        "url": url,
-        "temperature": temperature,
-        "max_new_tokens": max_new_tokens,
-        "max_examples": max_examples,
-        "batch_size": batch_size,
-        "records": len(read_jsonl(out)),
-        "seconds_last_run": round(time.perf_counter() - t0, 2),
-    }
-    (out_dir / f"{split}.{name}.json").write_text(json.dumps(info, indent=2) + "\n")
-    return out

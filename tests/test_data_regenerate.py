@@ -138,3 +138,47 @@ def test_batched_regenerate_resumes_in_order(sql_dir) -> None:
     assert calls == [3, 2, 1], "only the one new example is generated on a rerun"
     with pytest.raises(DataRecipeError, match="regen.batch_size=0"):
         regenerate(sql_dir, generator=gen, max_examples=6, batch_size=0, target_name="fake", progress=False)
+
+
+def test_server_batch_is_concurrent_and_in_prompt_order(sql_dir) -> None:
+    """batch_size=N keeps N requests in flight (the server batches them) and writes answers in source order."""
+    from http.server import ThreadingHTTPServer
+
+    lock, state = threading.Lock(), {"now": 0, "peak": 0, "n": 0}
+    gate = threading.Barrier(3, timeout=10)  # the first three requests only answer once all three arrived
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                state["now"] += 1
+                state["n"] += 1
+                first = state["n"] <= 3
+                state["peak"] = max(state["peak"], state["now"])
+            if first:
+                gate.wait()
+            data = json.dumps({"choices": [{"message": {"content": "re: " + body["messages"][0]["content"][:40]}}]})
+            with lock:
+                state["now"] -= 1
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data.encode())))
+            self.end_headers()
+            self.wfile.write(data.encode())
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        out = regenerate(
+            sql_dir, url=f"http://127.0.0.1:{srv.server_port}", max_examples=5, batch_size=3, progress=False
+        )
+    finally:
+        srv.shutdown()
+    assert state["peak"] == 3, "three requests were in flight at once"
+    src = read_jsonl(sql_dir / "train.jsonl")[:5]
+    recs = read_jsonl(out)
+    assert [r["id"] for r in recs] == [s["id"] for s in src]
+    for r, s in zip(recs, src):
+        assert r["conversations"][-1]["content"] == "re: " + s["conversations"][0]["content"][:40]

@@ -251,12 +251,19 @@ def default_target_path(pool: str, target_name: str, prepare: bool = False) -> s
     )
 
 
-def resolve_pool(pool: Any, workdir: str | Path, prepare: bool = False) -> tuple[str, str, list[tuple[str, Path]]]:
+def resolve_pool(
+    pool: Any, workdir: str | Path, prepare: bool = False, plain: bool = False
+) -> tuple[str, str, list[tuple[str, Path]]]:
     """``(target_name, target_path, [(drafter name, dir)])`` for a pool config (see module docstring);
-    ``prepare``: convert a missing local target copy now (the launcher; a dry run only prints the path)."""
+    ``prepare``: convert a missing local target copy now (the launcher; a dry run only prints the path);
+    ``plain`` (selector=none): a pool whose manifest is not trained yet serves its target with no drafters."""
     pool = _plain(pool)
     name = str(_get(pool, "name", "?"))
     manifest = _get(pool, "manifest")
+    untrained = not (manifest and Path(str(manifest)).is_file()) and not _get(pool, "drafters")
+    if plain and untrained and _get(pool, "target"):
+        target_name = str(_get(pool, "target"))
+        return target_name, str(_get(pool, "target_path") or default_target_path(name, target_name, prepare)), []
     if manifest:
         if not Path(str(manifest)).is_file():
             tgt = _get(pool, "target") or name
@@ -470,11 +477,14 @@ def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> Se
     dec = DecodingConfig.from_dict(_plain(_get(cfg, "decoding")) or {})
     if not sel.stock and dec.mode != "chain":
         raise ValueError(f"decoding.mode={dec.mode}: the HEDGESPEC worker drafts chains only (decoding=chain)")
-    _, target_path, drafters = resolve_pool(_get(cfg, "pool"), _get(cfg, "workdir", "outputs/serve"), prepare)
+    _, target_path, drafters = resolve_pool(
+        _get(cfg, "pool"), _get(cfg, "workdir", "outputs/serve"), prepare, plain=sel.plain
+    )
     all_names = [n for n, _ in drafters]
     names, paths = _served_drafters(cfg, sel, all_names, [str(Path(p).resolve()) for _, p in drafters])
     served = [(n, p) for n, p in drafters if n in names]
-    configs = check_drafters(_local_target_config(target_path), served)
+    # selector=none on a pool not trained yet: the target alone (its dtype is `dtype` or SGLang's auto)
+    configs = check_drafters(_local_target_config(target_path), served) if served or not sel.plain else []
     _check_topk(dec, names, configs)
     dtype = reconcile_dtype(_get(cfg, "dtype"), served, configs, _target_dtype(target_path))
     if sel.plain:  # the drafters only fixed the dtype, so plain decoding runs in the speculative servers' dtype

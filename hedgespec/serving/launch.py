@@ -147,3 +147,28 @@ def serve(cfg: Any) -> ServePlan:
         except KeyboardInterrupt:
             pass
     return plan
+
+
+def plain_server(
+    target: str,
+    device: str = "cpu",
+    port: int = 30000,
+    concurrency: int = 16,
+    dtype: str | None = "bfloat16",
+    max_total_tokens: int | None = None,
+    log_path: str | os.PathLike[str] | None = None,
+    startup_timeout_s: float = 600.0,
+) -> ServerProcess:
+    """A not-yet-started plain SGLang server of a registry ``target`` (``selector=none``, no drafters), sized for
+    ``concurrency`` requests at once: what regeneration drives (``data_recipes.regenerate`` with its ``url``)."""
+    cfg = {
+        "device": device,
+        "port": port,
+        "pool": {"name": target, "target": target},  # the target alone: no manifest needed
+        "selector": {"name": "none"},
+        "decoding": {"mode": "chain", "num_steps": 1, "topk": 1, "num_draft_tokens": 2},  # unused by plain serving
+        "max_running_requests": concurrency,
+        "max_total_tokens": max_total_tokens,
+        "dtype": dtype,
+    }
+    return ServerProcess(build_plan(cfg, prepare=True), log_path, startup_timeout_s)

@@ -348,11 +348,19 @@ def _regenerated(
         max_new = int(regen.get("max_new_tokens", 128))
         temperature = float(regen.get("temperature", 0.0))
         seed = int(regen.get("seed", 0))
-        gen = recipe_regen.transformers_generator(tname, max_new, temperature, seed, loaded=loaded)
+        backend = str(regen.get("backend") or "transformers")
+        gen = (
+            None
+            if backend == "sglang"
+            else recipe_regen.transformers_generator(tname, max_new, temperature, seed, loaded=loaded)
+        )
         out = recipe_regen.regenerate(
             domain_dir,
+            target=tname,
             target_name=tname,
             generator=gen,
+            backend=backend,
+            server=_regen_server_options(regen, domain_dir) if backend == "sglang" else None,
             max_examples=int(regen["max_examples"]),
             max_new_tokens=max_new,
             temperature=temperature,
@@ -366,6 +374,13 @@ def _regenerated(
             f"source={source} regenerate=true target={tname}` first"
         )
     return out
+
+
+def _regen_server_options(regen: Mapping[str, Any], domain_dir: Path) -> dict[str, Any]:
+    """``train.regenerate.server`` (port, device, dtype, ...) for the plain SGLang server regeneration starts."""
+    opts = dict(regen.get("server") or {})
+    opts.setdefault("log_path", domain_dir / "regen" / "server.log")
+    return opts
 
 
 def _build_domain(path: Path, domain: str, source: str, cfg: Mapping[str, Any]) -> Path:
