@@ -56,38 +56,64 @@ class Learner(Protocol):
 _SMALL_N = 48  # below this, plain-Python floats beat numpy's per-call overhead
 
 
-def _scale_root(a, s0: float | None, tol: float, max_iter: int):  # type: ignore[no-untyped-def]
-    """Root s of g(s) = log Σ_i exp(a_i s) − ln N − 1 (a = [R]_+², list or ndarray); returns (s, z, zmax)."""
-    small = isinstance(a, list)
-    n = len(a)
-    amax = max(a) if small else float(a.max())
-    target = math.log(n) + 1.0
-    hi, lo = target / amax, 1.0 / amax  # g(hi) >= 0 >= g(lo): NormalHedge scale bracket in s = 1/(2c)
-    s = hi if s0 is None or not (lo < s0 <= hi) else s0  # warm start from the previous scale
+def _bracketed_newton(evaluate, slope, lo: float, hi: float, s0: float | None, tol: float, max_iter: int):  # type: ignore[no-untyped-def]
+    """Root of a convex increasing g in [lo, hi] (g(lo) <= 0 <= g(hi)) by Newton with bisection fallback.
+
+    ``evaluate(s) -> (g, z, zmax, e, tot)`` and ``slope(e, tot) -> g'(s)``; starts at ``s0`` when it lies in the
+    bracket (warm start from the previous scale), else at ``hi``. Returns (s, z, zmax) of the last evaluation.
+    """
+    s = hi if s0 is None or not (lo < s0 <= hi) else s0
     for _ in range(max_iter):
-        if small:
-            z = [x * s for x in a]
-            zmax = max(z)
-            e = [math.exp(v - zmax) for v in z]
-            tot = math.fsum(e)
-        else:
-            z = a * s
-            zmax = float(z.max())
-            e = np.exp(z - zmax)
-            tot = float(e.sum())
-        g = zmax + math.log(tot) - target
+        g, z, zmax, e, tot = evaluate(s)
         if abs(g) <= tol:
             break
         if g > 0:
             hi = s
         else:
             lo = s
-        gp = (math.fsum(x * y for x, y in zip(a, e)) if small else float((a * e).sum())) / tot
-        s_new = s - g / gp
+        s_new = s - g / slope(e, tot)
         # Newton on a convex increasing g converges monotonically from the right; from the left it
         # overshoots to the right once. Anything outside the current bracket falls back to bisection.
         s = s_new if lo < s_new < hi else 0.5 * (lo + hi)
     return s, z, zmax
+
+
+def _scale_root(a, s0: float | None, tol: float, max_iter: int):  # type: ignore[no-untyped-def]
+    """Root s of g(s) = log Σ_i exp(a_i s) − ln N − 1 (a = [R]_+², list or ndarray); returns (s, z, zmax)."""
+    target = math.log(len(a)) + 1.0
+    if isinstance(a, list):
+        amax = max(a)
+
+        def evaluate(s):  # type: ignore[no-untyped-def]
+            z = [x * s for x in a]
+            zmax = max(z)
+            e = [math.exp(v - zmax) for v in z]
+            tot = math.fsum(e)
+            return zmax + math.log(tot) - target, z, zmax, e, tot
+
+        def slope(e, tot):  # type: ignore[no-untyped-def]
+            return math.fsum(x * y for x, y in zip(a, e)) / tot
+    else:
+        amax = float(a.max())
+        evaluate, slope = _array_root_fns(a, 0.0, target)
+    # g(hi) >= 0 >= g(lo): NormalHedge scale bracket in s = 1/(2c)
+    return _bracketed_newton(evaluate, slope, 1.0 / amax, target / amax, s0, tol, max_iter)
+
+
+def _array_root_fns(a: np.ndarray, b: np.ndarray | float, target: float):  # type: ignore[no-untyped-def]
+    """``evaluate``/``slope`` of g(s) = log Σ_i exp(a_i s + b_i) − target for :func:`_bracketed_newton`."""
+
+    def evaluate(s):  # type: ignore[no-untyped-def]
+        z = a * s + b if not isinstance(b, float) else a * s
+        zmax = float(z.max())
+        e = np.exp(z - zmax)
+        tot = float(e.sum())
+        return zmax + math.log(tot) - target, z, zmax, e, tot
+
+    def slope(e, tot):  # type: ignore[no-untyped-def]
+        return float((a * e).sum()) / tot
+
+    return evaluate, slope
 
 
 def normalhedge_scale(positive_regrets: np.ndarray, tol: float = 1e-13, max_iter: int = 200) -> float:
@@ -143,23 +169,8 @@ def _scale_root_prior(a: np.ndarray, b: np.ndarray, s0: float | None, tol: float
     """
     j = int(a.argmax())
     amax = float(a[j])
-    hi, lo = (1.0 - float(b[j])) / amax, 1.0 / amax
-    s = hi if s0 is None or not (lo < s0 <= hi) else s0
-    for _ in range(max_iter):
-        z = a * s + b
-        zmax = float(z.max())
-        e = np.exp(z - zmax)
-        tot = float(e.sum())
-        g = zmax + math.log(tot) - 1.0
-        if abs(g) <= tol:
-            break
-        if g > 0:
-            hi = s
-        else:
-            lo = s
-        s_new = s - g / (float((a * e).sum()) / tot)
-        s = s_new if lo < s_new < hi else 0.5 * (lo + hi)
-    return s, z, zmax
+    evaluate, slope = _array_root_fns(a, b, 1.0)
+    return _bracketed_newton(evaluate, slope, 1.0 / amax, (1.0 - float(b[j])) / amax, s0, tol, max_iter)
 
 
 def _uniform_or(prior: object, n: int) -> np.ndarray | None:
