@@ -6,16 +6,32 @@ Usage (see conf/train.yaml and docs/training.md):
     python train/run.py domain=sql target=tiny train=tiny data.path=tests/fixtures/training/conversations.jsonl
     python train/run.py domain=sql target=llama8b train=paper train.gpus=8  # GPU; SpecForge runs torchrun
 Rerunning the same command resumes from the last checkpoint and skips finished stages.
+The pool a drafter is registered in is `train.pool=<name>`; a bare `pool=` (the serve/bench config group,
+conf/pool/) is refused before Hydra composes anything, with that fix.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 import hydra
 from omegaconf import DictConfig
 
 from hedgespec.training import train_drafter
+
+
+def pool_override_error(argv: list[str]) -> str | None:
+    """The one-line fix for a ``pool=<name>`` (or ``+pool=``) override, which Hydra would reject as a config
+    group it cannot override; ``None`` when ``argv`` has none."""
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if eq and key.lstrip("+") == "pool":
+            return (
+                f"{arg}: training takes the pool as train.pool={value} (pool= selects a serve/bench pool config, "
+                f"conf/pool/); rerun with train.pool={value}"
+            )
+    return None
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -43,4 +59,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    if (error := pool_override_error(sys.argv[1:])) is not None:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2)
     main()

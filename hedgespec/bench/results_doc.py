@@ -10,6 +10,8 @@ per section below, and the blocks those sections use), the paper's numbers, each
   paper's, and the ``ood`` / ``shift`` workloads;
 * ``sim`` — simulator scaling / regret (Fig 5a/5b analogs), learner cost, exact replays of engine traces;
 * ``overhead`` — measured selection overhead and the engine micro-benchmark's profile estimate;
+* ``label_efficient`` — label-efficient HedgeSpec: the simulator's ε sweep and the engine's ε runs
+  (``label_efficient/``);
 * ``table4`` — the offline router's accuracy under the prompt shift (Table 4 analog);
 * ``pipeline`` — runs on other pools than the embedded one (pipeline checks).
 """
@@ -17,6 +19,8 @@ per section below, and the blocks those sections use), the paper's numbers, each
 from __future__ import annotations
 
 import json
+import math
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +52,19 @@ SIM_SCALING = (
     ("Simulator, sampling (Fig 5b analog)", "sim_scaling.json"),
     ("Simulator, greedy", "sim_scaling_greedy.json"),
 )
+#: the simulator's label-efficient ε sweep (acceptance rule, file under docs/results/): one scripts/simulate.py
+#: multirun over mode, each job's results.json with its command line
+LE_SIM = (
+    ("greedy", "label_efficient/sim/greedy/results.json"),
+    ("sampling", "label_efficient/sim/sampling/results.json"),
+)
+#: the engine's label-efficient runs on the embedded pool (a ``scripts/report.py collect`` summary)
+LE_ENGINE = "label_efficient/summary.json"
+#: the cheap-feedback goal for partial evaluation on the engine: selection overhead at most this share of the
+#: round time, with MAT at most this relative drop below full-evaluation HedgeSpec
+LE_GOAL = (0.05, 0.01)
+#: selector configs (``epsilon`` of a run that does not override it)
+SELECTOR_CONF = Path(__file__).resolve().parents[2] / "conf" / "selector"
 #: fields of a scripts/bench_engine.py result that the profile estimate reads
 ENGINE_PROFILE_KEYS = (
     "pool",
@@ -158,6 +175,7 @@ def results_markdown(results_dir: str | Path, embedded_pool: str = "smollm2") ->
         "main_table": main_section(doc),
         "sim": sim_section(doc),
         "overhead": overhead_section(doc),
+        "label_efficient": label_efficient_section(doc),
         "table4": table4_section(doc),
         "pipeline": pipeline_section(doc),
     }
@@ -461,6 +479,188 @@ def _engine_profile(doc: ResultsDoc, res: Mapping[str, Any], fname: str) -> list
         share = pool["1"]["evaluate_s"] / pool[big]["evaluate_s"]
         out += ["", doc.say("engine_profile_share", big=big, share=f"{100 * share:.0f}")]
     return out
+
+
+# ------------------------------------------------------------------------- label-efficient (ε)
+def label_efficient_section(doc: ResultsDoc) -> list[str]:
+    """Label-efficient HedgeSpec: what ε means and its bound, the simulator's ε sweep, the engine's ε runs."""
+    return doc.say("le_intro").split("\n") + [""] + _le_sim(doc) + _le_engine(doc)
+
+
+def _sim_policy(spec: Mapping[str, Any]) -> tuple[str, float | None]:
+    """(evaluation cell, ε; ``None`` for the adaptive rule and for non-HedgeSpec rows) of a simulator selector."""
+    if not str(spec.get("name", "")).startswith("hedgespec"):
+        return "–", None
+    if spec.get("evaluation") == "adaptive":
+        return "adaptive", None
+    eps = float(spec.get("epsilon", 1.0))
+    return f"ε={eps:g}", eps
+
+
+def regret_exponent(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares s in ratio = ε^−s through the origin of (ln 1/ε, ln ratio), over (ε, regret ratio) pairs
+    with ε < 1 (s = 1/2: the bound's √(1/ε) leading term; s = 1: its ln² N / ε term); ``None`` without any."""
+    pts = [(math.log(1.0 / e), math.log(r)) for e, r in pairs if 0.0 < e < 1.0 and r > 0.0]
+    den = sum(x * x for x, _ in pts)
+    return float(sum(x * y for x, y in pts) / den) if den > 0 else None
+
+
+def _le_sim_rows(mode: str, d: Mapping[str, Any]) -> tuple[list[str], list[tuple[float, float]]]:
+    """Table rows of one simulator ε sweep, and its (ε, regret / full-evaluation regret) pairs."""
+    n = next(iter(next(iter(d["results"].values()))))
+    specs = {str(s.get("label", s["name"])): s for s in d["config"]["selectors"]}
+    pol = {label: _sim_policy(specs.get(label, {"name": label})) for label in d["results"]}
+    full = next((d["results"][lb][n] for lb, (cell, _) in pol.items() if cell == "ε=1"), None)
+    rows, pairs = [], []
+    for label, by in d["results"].items():
+        m, (cell, eps) = by[n], pol[label]
+        ratio = m["avg_regret"] / full["avg_regret"] if full and full["avg_regret"] > 0 and cell != "–" else None
+        if eps is not None and ratio is not None:
+            pairs.append((eps, ratio))
+        curve = m.get("regret_curve") or [None]
+        rows.append(
+            f"| {mode} | {label} | {cell} | {fmt(m['eval_rate'] if cell != '–' else None, 3)} | {fmt(m['mat'])} | "
+            f"{fmt(m['mat'] / m['oracle_mat'], 3)} | {fmt(m['avg_regret'], 4)} | {fmt(ratio)} | {fmt(curve[-1])} |"
+        )
+    return rows, pairs
+
+
+def _le_sim(doc: ResultsDoc) -> list[str]:
+    found = [(mode, f, doc.json(f)) for mode, f in LE_SIM]
+    runs = [(mode, f, d) for mode, f, d in found if d is not None]
+    if not runs:
+        return [doc.say("le_sim_missing", files=", ".join(f"`docs/results/{f}`" for _, f, _ in found)), ""]
+    c = runs[0][2]["config"]
+    n = int(next(iter(next(iter(runs[0][2]["results"].values())))))
+    commands = list(dict.fromkeys(d.get("command") or sim_command(d) for _, _, d in runs))
+    choices = {str(s.get("choice", "argmax")) for s in c["selectors"] if str(s["name"]).startswith("hedgespec")}
+    out = [
+        doc.say(
+            "le_sim_title",
+            commands=", ".join(f"`{x}`" for x in commands),
+            files=", ".join(f"`docs/results/{f}`" for _, f, _ in runs),
+            n=n,
+            k=c["k"],
+            n_requests=c["n_requests"],
+            length=c["length"],
+            choice=" / ".join(sorted(choices)) or "argmax",
+            seed=c["seed"],
+        ),
+        "",
+        "| acceptance | selector | evaluation | evaluated rounds | MAT | MAT / oracle | ETAP regret / token | "
+        "regret × ε=1 | final cumulative regret |",
+        "|---" * 9 + "|",
+    ]
+    growth, fits = [], {}
+    for mode, _, d in runs:
+        rows, pairs = _le_sim_rows(mode, d)
+        out += rows
+        s = regret_exponent(pairs)
+        if s is not None:
+            pairs = sorted(pairs, reverse=True)
+            eps, ratios = (" / ".join(f"{x:{f}}" for x in xs) for xs, f in zip(zip(*pairs), ("g", ".2f")))
+            growth.append(doc.say("le_sim_growth", mode=mode, eps=eps, ratios=ratios, s=f"{s:.2f}"))
+            fits[mode] = s
+    if not fits:
+        return out + [""]
+    cross = math.log(n) ** 3 / int(c["length"])
+    exponents = ", ".join(f"{m} {s:.2f}" for m, s in fits.items())
+    out += [
+        "",
+        *growth,
+        "",
+        doc.say("le_sim_reading", n=n, length=c["length"], cross=f"{cross:.2f}", exponents=exponents),
+    ]
+    if min(fits.values()) >= 0.75:
+        out[-1] += " " + doc.say("le_sim_inverse")
+    return out + [""]
+
+
+def _command_overrides(command: str) -> dict[str, str]:
+    """``key=value`` arguments of a recorded command line (flags and ``~key`` deletions left out)."""
+    return dict(a.split("=", 1) for a in shlex.split(command) if "=" in a and not a.startswith(("-", "~")))
+
+
+def engine_policy(command: str) -> tuple[str, float | None]:
+    """(evaluation cell, ε; ``None`` for the adaptive rule) of a scripts/bench.py run from its command line: its
+    ``selector.evaluation`` / ``selector.epsilon`` overrides, else the selector config's ``epsilon``."""
+    over = _command_overrides(command)
+    if over.get("selector.evaluation") == "adaptive":
+        return "adaptive", None
+    if "selector.epsilon" in over:
+        eps = float(over["selector.epsilon"])
+    else:
+        path = SELECTOR_CONF / f"{over.get('selector', 'hedgespec')}.yaml"
+        if not path.is_file():
+            return "–", None
+        eps = float((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("epsilon", 1.0))
+    return f"ε={eps:g}", eps
+
+
+def _le_engine(doc: ResultsDoc) -> list[str]:
+    data = doc.json(LE_ENGINE)
+    if data is None:
+        return [doc.say("le_engine_missing", file=LE_ENGINE), ""]
+    runs = sorted(data["runs"], key=lambda r: (-(engine_policy(r["command"])[1] or 0.0), r["selector"]))
+    full = next((r["aggregate"] for r in runs if engine_policy(r["command"])[0] == "ε=1"), None)
+    r0 = runs[0]
+    out = [
+        doc.say(
+            "le_engine_title",
+            file=LE_ENGINE,
+            pool=r0["pool"],
+            workload=r0["workload"],
+            n=len(runs),
+            n_requests=r0["aggregate"]["n_requests"],
+        ),
+        "",
+        "| selector | evaluation | MAT | MAT vs ε=1 | tok/s | plain tok/s | × plain | selection overhead | "
+        "evaluate / verify | command |",
+        "|---" * 10 + "|",
+    ]
+    for r in runs:
+        a, cell = r["aggregate"], engine_policy(r["command"])[0]
+        rel = a["mat"] / full["mat"] - 1.0 if full else None
+        out.append(
+            f"| {r['selector']} | {cell} | {fmt(a['mat'], 3)} | {fmt(rel, pct=True)} | {fmt(a['tokens_per_s'], 1)} | "
+            f"{fmt(a.get('plain_tokens_per_s'), 1)} | {fmt(a.get('speedup_vs_plain'))} | "
+            f"{fmt(a['selection_overhead'], pct=True)} | {fmt(a.get('evaluate_x_verify'), 3)} | `{r['command']}` |"
+        )
+    return out + [""] + _le_engine_commentary(doc, runs, full)
+
+
+def _le_engine_commentary(doc: ResultsDoc, runs: Sequence[Mapping[str, Any]], full: Any) -> list[str]:
+    """Overhead and MAT of the partial-evaluation runs against full evaluation, and the cheap-feedback goal."""
+    part = [r["aggregate"] for r in runs if engine_policy(r["command"])[0] not in ("ε=1", "–")]
+    if not (full and part):
+        return []
+    over_max, mat_goal = LE_GOAL
+    drops = [1.0 - a["mat"] / full["mat"] for a in part]
+    met = [a for a, dr in zip(part, drops) if a["selection_overhead"] <= over_max and dr <= mat_goal]
+    best = min(part, key=lambda a: a["selection_overhead"])
+    plain = [a["plain_tokens_per_s"] for a in [full, *part] if a.get("plain_tokens_per_s") is not None]
+    speedup = [a["speedup_vs_plain"] for a in part if a.get("speedup_vs_plain") is not None]
+    text = doc.say(
+        "le_engine_reading",
+        full_over=fmt(full["selection_overhead"], pct=True),
+        lo=fmt(min(a["selection_overhead"] for a in part), pct=True),
+        hi=fmt(max(a["selection_overhead"] for a in part), pct=True),
+        worst_drop=fmt(max(drops), pct=True),
+        plain_lo=fmt(min(plain), 1) if plain else "–",
+        plain_hi=fmt(max(plain), 1) if plain else "–",
+        full_x=fmt(full.get("speedup_vs_plain")),
+        x_lo=fmt(min(speedup)) if speedup else "–",
+        x_hi=fmt(max(speedup)) if speedup else "–",
+    )
+    goal = doc.say(
+        "le_engine_goal",
+        over_max=f"{over_max:.0%}",
+        mat_goal=f"{mat_goal:.0%}",
+        best_over=fmt(best["selection_overhead"], pct=True),
+        best_drop=fmt(1.0 - best["mat"] / full["mat"], pct=True),
+        met=met_word(bool(met), "met", "missed"),
+    )
+    return [text, "", goal, ""]
 
 
 # ---------------------------------------------------------------------------------- Table 4
