@@ -307,6 +307,8 @@ class ServerRunner:
         )
         rec["target_forwards"] = rounds + 1
         rec["target_forwards_per_token"] = (rounds + 1) / max(gen, 1)  # SGLang counts the prefill token in completion
+        # drafters the server had dropped (raised / non-finite) by this request's last round, as the engine records
+        rec["dropped"] = [str(d) for d in (m.get("hedgespec_dropped") or [])]
         return rec
 
 

@@ -14,9 +14,20 @@ delayed ETAP/EAL losses), for a batch of requests each with its own selector:
    selector's feedback ledger releases completed losses to its learner).
 
 Per-request ``meta_info`` gains ``hedgespec_histogram`` (rounds drafted by each drafter),
-``hedgespec_weights`` (the last decision's distribution), ``hedgespec_selector`` and ``hedgespec_rounds``
-next to SGLang's own ``spec_accept_length`` / ``spec_verify_ct`` (request-level ``customized_info`` keys,
-see :mod:`hedgespec.serving.plugin`).
+``hedgespec_weights`` (the last decision's distribution), ``hedgespec_selector``, ``hedgespec_rounds`` and
+``hedgespec_dropped`` next to SGLang's own ``spec_accept_length`` / ``spec_verify_ct`` (request-level
+``customized_info`` keys, see :mod:`hedgespec.serving.plugin`).
+
+Faulty drafters (the server-side counterpart of :meth:`hedgespec.engine.pool.DrafterPool.drop`): a drafter
+whose draft or draft-extend raises, or whose draft-extend gives non-finite logits or hidden states (NaN, +inf,
+a row without a finite logit), is dropped **for the rest of the server's life** (its weights are shared by
+every request, so a per-request drop would only fail again), with one logged warning naming it and the cause.
+A dropped drafter runs no more forwards and its γ reads 0. A request whose selector picks a dropped drafter is
+drafted by the live drafter with the largest weight in that decision (lowest index on ties), and its selector
+observes the round as that drafter's. With no drafter left the verifier checks a placeholder chain (the last
+committed token repeated) and no draft model runs: target-only decoding, still lossless; such rounds are in
+``hedgespec_rounds`` but in no drafter's histogram bin. ``hedgespec_dropped`` lists the drafters (pool order)
+the server had dropped by the request's last round.
 
 Scope: chain drafting (``--speculative-eagle-topk 1``), no overlap scheduling, no pipeline parallelism, no
 draft-extend CUDA graphs (the all-row draft logits exist only on the eager path). The worker is configured
@@ -33,12 +44,15 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from sglang.srt.managers.schedule_batch import FINISH_ABORT
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 from sglang.srt.runtime_context import get_spec
+from sglang.srt.speculative.eagle_info import EagleDraftInput
+from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
 from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
@@ -51,7 +65,13 @@ from hedgespec.types import RequestContext, RoundFeedback
 
 logger = logging.getLogger(__name__)
 
-META_KEYS = ("hedgespec_histogram", "hedgespec_weights", "hedgespec_selector", "hedgespec_rounds")
+META_KEYS = (
+    "hedgespec_histogram",
+    "hedgespec_weights",
+    "hedgespec_selector",
+    "hedgespec_rounds",
+    "hedgespec_dropped",
+)
 
 # ScheduleBatch fields that draft()/draft-extend rewrite; restored between the per-drafter calls.
 _BATCH_FIELDS = (
@@ -114,6 +134,7 @@ class _RequestState:
     selector: Any
     rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]  # per drafter: topk_p, topk_index, hidden
     next_pred: list[int]  # per drafter: its proposal (target id) for the next committed token
+    req: Any = None  # SGLang's Req (its finish reason tells an abort apart when the state is freed)
     generated: int = 0
     rounds: int = 0
     histogram: list[int] = field(default_factory=list)
@@ -129,16 +150,26 @@ def _restore(batch: Any, snap: dict[str, Any]) -> None:
         setattr(batch, k, v)
 
 
+def _finite_logits(logits: torch.Tensor) -> bool:
+    """Every row has a finite maximum: no NaN, no +inf, not all −inf (−inf alone marks masked ids and is fine;
+    the reference engine's rule, :meth:`hedgespec.engine.pool.DrafterPool._nonfinite`)."""
+    return logits.numel() == 0 or bool(torch.isfinite(logits.amax(dim=-1)).all())
+
+
+def _finite(*tensors: torch.Tensor | None) -> bool:
+    return all(t is None or bool(torch.isfinite(t).all()) for t in tensors)
+
+
 @contextlib.contextmanager
-def _capture_logits_argmax(runner: Any, sink: list[torch.Tensor]) -> Iterator[None]:
-    """Record the argmax of every row of ``runner``'s next forward's logits (before SGLang keeps only the
-    selected row). Scoped to this one runner instance and removed on exit."""
+def _capture_logits_argmax(runner: Any, sink: list[tuple[torch.Tensor, bool]]) -> Iterator[None]:
+    """Record ``(argmax of every row, whether every row is finite)`` of ``runner``'s next forward's logits
+    (before SGLang keeps only the selected row). Scoped to this one runner instance and removed on exit."""
     original = runner.forward
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
         logits = out.logits_output.next_token_logits
-        sink.append(torch.argmax(logits, dim=-1).to("cpu"))
+        sink.append((torch.argmax(logits, dim=-1).to("cpu"), _finite_logits(logits)))
         return out
 
     runner.forward = forward
@@ -168,11 +199,13 @@ class HedgeSpecWorker(EAGLEWorkerV2):
                 drafters.append(EagleDraftWorker(server_args, gpu_id, nccl_port, target_worker))
         self._drafters = drafters
         self._paths = paths
+        self._names = [str(n) for n in (cfg.get("names") or [os.path.basename(os.path.normpath(p)) for p in paths])]
+        self._alive = [True] * len(drafters)  # False once dropped (server-wide, see the module docstring)
         self._selector_name = str(cfg.get("selector", "hedgespec"))
         self._selector_kwargs = dict(cfg.get("selector_kwargs") or {})
         make_selector(self._selector_name, **self._selector_kwargs)  # fail at startup, not per request
         # freed at finish, abort or disconnect (hedgespec.serving.states); stale_state_s is only a backstop
-        self._states = RequestStates(lambda st: st.selector.end_request(), float(cfg.get("stale_state_s", 3600.0)))
+        self._states = RequestStates(self._free_state, float(cfg.get("stale_state_s", 3600.0)))
         logger.info("HEDGESPEC worker: %d drafters %s, selector %s", len(drafters), paths, self._selector_name)
 
     # ------------------------------------------------------------------ lifecycle hooks (all drafters)
@@ -211,7 +244,9 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
     # ------------------------------------------------------------------ per-request state
     def _state(self, req: Any) -> _RequestState:
-        return self._states.get(req, lambda: self._new_state(req))
+        st = self._states.get(req, lambda: self._new_state(req))
+        st.req = req
+        return st
 
     def _new_state(self, req: Any) -> _RequestState:
         sel = make_selector(self._selector_name, **self._selector_kwargs)
@@ -220,11 +255,71 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             selector=sel,
             rows=[None] * self.n_drafters,
             next_pred=[-1] * self.n_drafters,
+            req=req,
             histogram=[0] * self.n_drafters,
         )
 
+    def _free_state(self, st: _RequestState) -> None:
+        st.selector.end_request()
+        reason = getattr(st.req, "finished_reason", None)
+        if isinstance(reason, FINISH_ABORT):  # client abort or disconnect: say so, finishes are silent
+            logger.info(
+                "HEDGESPEC: request %s was aborted (%s); its selector state is freed (%d request states held)",
+                st.req.rid,
+                reason.message,
+                len(self._states),
+            )
+
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
         self._states.free(rid)
+
+    # ------------------------------------------------------------------ faulty drafters (server-wide)
+    @property
+    def dropped(self) -> list[str]:
+        """Names of the drafters dropped so far, in pool order."""
+        return [name for name, alive in zip(self._names, self._alive) if not alive]
+
+    def _live(self) -> list[int]:
+        return [j for j, alive in enumerate(self._alive) if alive]
+
+    def _drop(self, j: int, why: str) -> None:
+        """Drop drafter ``j`` for the rest of the server's life, with one warning (module docstring)."""
+        if not self._alive[j]:
+            return
+        self._alive[j] = False
+        left = len(self._live())
+        logger.warning(
+            "HEDGESPEC: drafter %r %s; dropped from the pool for the rest of this server's life (%d of %d left)",
+            self._names[j],
+            why,
+            left,
+            self.n_drafters,
+        )
+        if not left:
+            logger.warning(
+                "HEDGESPEC: every drafter is dropped; requests continue with target-only decoding "
+                "(a placeholder chain is verified, the output is still the target's)"
+            )
+
+    def _run_drafter(self, j: int, stage: str, fn: Any) -> Any:
+        """``fn()`` for drafter ``j``; None, with ``j`` dropped, when it raises."""
+        try:
+            return fn()
+        except Exception as err:  # noqa: BLE001 - a failing drafter is dropped; the batch goes on without it
+            self._drop(j, f"raised {type(err).__name__}: {err} during {stage}")
+            return None
+
+    def _substitute(self, decision: Any) -> int | None:
+        """Who drafts for ``decision``: its drafter while live, else the live drafter with the largest weight in
+        the decision (lowest index on ties), None when none is left."""
+        j = int(decision.drafter)
+        if self._alive[j]:
+            return j
+        live = self._live()
+        if not live:
+            return None
+        w = decision.weights
+        return live[0] if w is None else max(live, key=lambda i: (float(w[i]), -i))
 
     @staticmethod
     def _target_ids(drafter: EagleDraftWorker, draft_ids: torch.Tensor) -> torch.Tensor:
@@ -247,6 +342,19 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         info.hidden_states = torch.stack([st.rows[j][2] for st in states])
         return info
 
+    def _stub_draft_input(self, next_token_ids: torch.Tensor) -> Any:
+        """A shape-valid draft input after a prefill in which no drafter is left (nothing reads its rows)."""
+        bs = int(next_token_ids.shape[0])
+        hidden, dtype = get_draft_recurrent_hidden_state_spec(self.draft_worker.draft_runner)
+        return EagleDraftInput(
+            topk_p=torch.zeros((bs, self.topk), dtype=torch.float32, device=self.device),
+            topk_index=torch.zeros((bs, self.topk), dtype=torch.int64, device=self.device),
+            hidden_states=None if hidden is None else torch.zeros((bs, hidden), dtype=dtype, device=self.device),
+            bonus_tokens=next_token_ids,
+            num_tokens_per_req=1,
+            num_tokens_for_logprob_per_req=1,
+        )
+
     # ------------------------------------------------------------------ forward
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
         if batch.forward_mode.is_idle() or self.speculative_num_steps == 0:
@@ -268,20 +376,36 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         if on_publish is not None:
             on_publish(out.new_seq_lens)
         snap = _snapshot(batch)
-        for j in range(self.n_drafters):
+        first = None
+        for j in self._live():
             _restore(batch, snap)
-            with self._active(j) as drafter:
-                ndi = drafter._draft_extend_for_prefill(
+            ndi = self._extend_prefill(j, batch, out, kv_loc_plan)
+            if ndi is None:
+                continue
+            self._store_rows(j, batch.reqs, ndi)
+            first = ndi if first is None else first
+        out.next_draft_input = first if first is not None else self._stub_draft_input(out.next_token_ids)
+        return out
+
+    def _extend_prefill(self, j: int, batch: Any, out: Any, kv_loc_plan: Any) -> Any:
+        """Drafter ``j``'s draft-extend over the prompt; None (``j`` dropped) when it raises or is not finite."""
+        sink: list[tuple[torch.Tensor, bool]] = []
+
+        def run() -> Any:
+            with self._active(j) as drafter, _capture_logits_argmax(drafter.draft_runner, sink):
+                return drafter._draft_extend_for_prefill(
                     batch,
                     out.logits_output.hidden_states,
                     out.next_token_ids,
                     out.logits_output.mm_input_embeds,
                     kv_loc_plan=kv_loc_plan,
                 )
-            self._store_rows(j, batch.reqs, ndi)
-            if j == 0:
-                out.next_draft_input = ndi
-        return out
+
+        ndi = self._run_drafter(j, "draft-extend over the prompt", run)
+        if ndi is not None and not (all(ok for _, ok in sink) and _finite(ndi.topk_p, ndi.hidden_states)):
+            self._drop(j, "gave non-finite (NaN/inf) logits or hidden states in draft-extend over the prompt")
+            return None
+        return ndi
 
     def _decode(self, batch, on_publish, grammar_barrier, pp_proxy_tensors):
         t0 = time.perf_counter()
@@ -289,45 +413,101 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         reqs = list(batch.reqs)
         states = [self._state(r) for r in reqs]
         decisions = [st.selector.select() for st in states]
-        choices = [int(d.drafter) for d in decisions]
         first_preds = [list(st.next_pred) for st in states]  # each drafter's proposal for e_0 (previous round)
-        base = batch.spec_info
-        snap = _snapshot(batch)
-        proposals: dict[int, Any] = {}
-        for j in sorted(set(choices)):
-            _restore(batch, snap)
-            batch.spec_info = self._draft_input_for(j, base, states)
-            with self._active(j) as drafter:
-                proposals[j] = drafter.draft(batch)
-        _restore(batch, snap)
-        verify_input = self._compose(proposals, choices)
+        verify_input, drafted = self._draft_round(batch, states, decisions)
         batch.spec_info = verify_input
         t1 = time.perf_counter()
         out = self.verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
         if on_publish is not None:
             on_publish(out.new_seq_lens)
         t2 = time.perf_counter()
-
-        ndt = self.speculative_num_draft_tokens
-        argmaxes: list[torch.Tensor] = []
-        snap = _snapshot(batch)
-        for j in range(self.n_drafters):
-            _restore(batch, snap)
-            sink: list[torch.Tensor] = []
-            with self._active(j) as drafter, _capture_logits_argmax(drafter.draft_runner, sink):
-                drafter._draft_extend_for_decode(batch, out, kv_loc_plan=verify_input.kv_loc_plan)
-            argmaxes.append(self._target_ids(drafter, sink[-1]).view(len(reqs), ndt))
-            self._store_rows(j, reqs, out.next_draft_input)
+        argmaxes = self._evaluate(batch, out, verify_input)
         t3 = time.perf_counter()
 
         accept_lens = out.accept_lens.to("cpu").tolist()
-        committed = out.next_token_ids.to("cpu").view(len(reqs), ndt)
+        committed = out.next_token_ids.to("cpu").view(len(reqs), self.speculative_num_draft_tokens)
         timings = {"draft": t1 - t0, "verify": t2 - t1, "evaluate": t3 - t2}
         for b, (req, st, dec) in enumerate(zip(reqs, states, decisions)):
             self._observe(
-                req, st, dec, int(accept_lens[b]), committed[b], first_preds[b], [a[b] for a in argmaxes], timings
+                req,
+                st,
+                dec if drafted[b] in (None, dec.drafter) else replace(dec, drafter=drafted[b]),
+                drafted[b] is not None,
+                int(accept_lens[b]),
+                committed[b],
+                first_preds[b],
+                [a[b] for a in argmaxes],
+                timings,
             )
         return out
+
+    def _draft_round(self, batch: Any, states: list[_RequestState], decisions: list) -> tuple[Any, list]:
+        """The verify input: each request's chain from the drafter that drafts for it (:meth:`_substitute`; a
+        drafter that raises is dropped and its requests re-drafted by their substitute), or a placeholder chain
+        when no drafter is left. Returns it with, per request, that drafter (None: placeholder)."""
+        base, snap = batch.spec_info, _snapshot(batch)
+        proposals: dict[int, Any] = {}
+        while True:
+            drafted = [self._substitute(d) for d in decisions]
+            todo = sorted({j for j in drafted if j is not None} - proposals.keys())
+            if not todo:
+                break
+            for j in todo:
+                _restore(batch, snap)
+                batch.spec_info = self._draft_input_for(j, base, states)
+                with self._active(j) as drafter:
+                    proposal = self._run_drafter(j, "drafting", lambda: drafter.draft(batch))
+                if proposal is not None:
+                    proposals[j] = proposal
+        _restore(batch, snap)
+        if drafted[0] is None:  # no drafter left (then no request has one)
+            return self._placeholder_draft(batch), drafted
+        return self._compose(proposals, drafted), drafted
+
+    def _placeholder_draft(self, batch: Any) -> Any:
+        """Verify input of a placeholder chain, the last committed token repeated, built by SGLang's own
+        ``draft`` with the draft model's forward (and its CUDA graphs) replaced: no drafter runs, the target's
+        verification is unchanged, so the output is the target's greedy output."""
+        drafter, steps = self._drafters[0], int(self.speculative_num_steps)
+
+        def draft_forward(forward_batch: Any) -> tuple:
+            bs = int(forward_batch.batch_size)
+            tokens = forward_batch.spec_info.bonus_tokens.reshape(-1, 1).to(torch.long).repeat(1, steps)
+            return drafter._topk1_parents_prealloc[:bs], drafter._topk1_score_indices_prealloc[:bs], tokens, None
+
+        graphs = drafter.cuda_graph_runner
+        drafter.draft_forward, drafter.cuda_graph_runner = draft_forward, None
+        try:
+            return drafter.draft(batch)
+        finally:
+            del drafter.draft_forward
+            drafter.cuda_graph_runner = graphs
+
+    def _evaluate(self, batch: Any, out: Any, verify_input: Any) -> list[torch.Tensor]:
+        """Draft-extend every live drafter over the verified tokens; per drafter its argmax (target ids) at every
+        row, [B, ndt], −1 for a dropped drafter (a drafter that raises or is not finite is dropped here)."""
+        reqs, ndt = list(batch.reqs), self.speculative_num_draft_tokens
+        argmaxes = [torch.full((len(reqs), ndt), -1, dtype=torch.long)] * self.n_drafters
+        snap = _snapshot(batch)
+        for j in self._live():
+            _restore(batch, snap)
+            sink: list[tuple[torch.Tensor, bool]] = []
+
+            def run(j: int = j, sink: list = sink) -> bool:
+                with self._active(j) as drafter, _capture_logits_argmax(drafter.draft_runner, sink):
+                    drafter._draft_extend_for_decode(batch, out, kv_loc_plan=verify_input.kv_loc_plan)
+                return True
+
+            if not self._run_drafter(j, "draft-extend over the verified tokens", run):
+                continue
+            if not (sink and sink[-1][1] and _finite(out.next_draft_input.hidden_states)):
+                self._drop(j, "gave non-finite (NaN/inf) logits or hidden states in draft-extend")
+                continue
+            argmaxes[j] = self._target_ids(self._drafters[j], sink[-1][0]).view(len(reqs), ndt)
+            self._store_rows(j, reqs, out.next_draft_input)
+        if not any(self._alive):
+            self._stub_skipped_draft_extend(batch, out)  # SGLang's shape-valid rows; nothing drafts from them
+        return argmaxes
 
     def _compose(self, proposals: dict[int, Any], choices: list[int]) -> Any:
         """Verify input whose request b rows come from drafter ``choices[b]`` (chain trees share structure)."""
@@ -353,6 +533,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         req: Any,
         st: _RequestState,
         decision: Any,
+        drafted: bool,
         accept_len: int,
         committed: torch.Tensor,
         first_pred: list[int],
@@ -363,9 +544,12 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
         Emitted tokens e_0..e_m (m accepted drafts + the bonus). Drafter i proposed e_0 from its state after the
         previous round (``first_pred[i]``); its draft-extend row u−1 of this round (input e_{u−1}) predicts e_u.
+        ``decision`` names the drafter that drafted (``drafted`` False: the placeholder chain did); a dropped
+        drafter's γ is 0, as in the reference engine.
         """
         emitted = max(int(accept_len), 1)
         gamma = greedy_gamma(first_pred, [p.tolist() for p in row_preds], committed[:emitted].tolist())
+        gamma[:, [j for j, alive in enumerate(self._alive) if not alive]] = 0.0
         fb = RoundFeedback(
             decision=decision,
             accepted=emitted - 1,
@@ -377,11 +561,13 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         st.selector.observe(fb)
         st.generated += emitted
         st.rounds += 1
-        st.histogram[decision.drafter] += 1
+        if drafted:
+            st.histogram[decision.drafter] += 1
         st.weights = [float(w) for w in decision.weights] if decision.weights is not None else None
         req.customized_info = {
             "hedgespec_histogram": list(st.histogram),
             "hedgespec_weights": list(st.weights) if st.weights is not None else [],
             "hedgespec_selector": [self._selector_name],
             "hedgespec_rounds": [st.rounds],
+            "hedgespec_dropped": self.dropped,
         }
