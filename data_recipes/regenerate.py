@@ -174,6 +174,8 @@ def regenerate(
     out_dir.mkdir(exist_ok=True)
     out = out_dir / f"{split}.{name}.jsonl"
     skipped_path = out_dir / f"{split}.{name}.skipped"
+    for path in (out, skipped_path):  # a run killed mid-write leaves at most one partial last line
+        _drop_partial_tail(path)
     done = {r["id"] for r in read_jsonl(out)} if out.is_file() else set()
     skipped = set(skipped_path.read_text().split()) if skipped_path.is_file() else set()
     todo = [r for r in read_jsonl(src)[:max_examples] if r["id"] not in done and r["id"] not in skipped]
@@ -202,6 +204,17 @@ def regenerate(
     }
     (out_dir / f"{split}.{name}.json").write_text(json.dumps(info, indent=2) + "\n")
     return out
+
+
+def _drop_partial_tail(path: Path) -> None:
+    """Cut ``path`` after its last newline: the records before it are whole (each is written with its newline),
+    and a record cut short by a killed run is generated again on resume."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 def _start_server(stack: contextlib.ExitStack, target: Any, concurrency: int, opts: dict[str, Any]) -> str:

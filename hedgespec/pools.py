@@ -346,7 +346,8 @@ def save_pool(manifest: PoolManifest, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = (
-        f"# hedgespec pool manifest, written by `python train/run.py` (pool={manifest.pool}); do not edit by hand\n"
+        f"# hedgespec pool manifest (pool={manifest.pool}), written by `python train/run.py` and "
+        "`python scripts/add_drafter.py`; do not edit by hand\n"
     )
     return write_text_atomic(header + yaml.safe_dump(manifest.to_dict(), sort_keys=False), path)
 

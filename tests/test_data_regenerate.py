@@ -182,3 +182,68 @@ def test_server_batch_is_concurrent_and_in_prompt_order(sql_dir) -> None:
     assert [r["id"] for r in recs] == [s["id"] for s in src]
     for r, s in zip(recs, src):
         assert r["conversations"][-1]["content"] == "re: " + s["conversations"][0]["content"][:40]
+
+
+def test_a_partial_last_record_is_regenerated_on_resume(sql_dir, tmp_path) -> None:
+    """A run killed while writing leaves a record cut short; the rerun drops it and ends with the same file."""
+
+    def gen(messages):
+        return "answer to " + messages[0]["content"][:30]
+
+    ref_dir = prepare("sql", n_train=6, n_eval=3, data_dir=tmp_path / "ref", log=None)["sql"]
+    ref = regenerate(ref_dir, generator=gen, max_examples=5, target_name="fake", progress=False)
+    out = regenerate(sql_dir, generator=gen, max_examples=3, target_name="fake", progress=False)
+    whole = out.read_bytes()
+    out.write_bytes(whole + ref.read_bytes()[len(whole) : len(whole) + 25])  # the 4th record, cut after 25 bytes
+    with pytest.raises(ValueError):
+        read_jsonl(out)  # what the resume would have choked on
+    regenerate(sql_dir, generator=gen, max_examples=5, target_name="fake", progress=False)
+    assert out.read_bytes() == ref.read_bytes()
+
+
+KILLED_REGEN = """
+import os, signal, sys
+import data_recipes.regenerate as rg
+real = rg.transformers_generator
+def killing(*a, **k):
+    gen, calls = real(*a, **k), [0]
+    batch = gen.batch
+    def second_kills(many):
+        calls[0] += 1
+        if calls[0] == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return batch(many)
+    gen.batch = second_kills
+    return gen
+rg.transformers_generator = killing
+rg.regenerate(sys.argv[1], target="tiny", max_examples=6, max_new_tokens=6, batch_size=2, progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_during_regeneration_then_rerun_gives_the_same_answers(tmp_path) -> None:
+    """SIGKILL while the second batch is being generated; the same call again ends with an uninterrupted run's file."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    torch.set_num_threads(1)
+    kw = {"target": "tiny", "max_examples": 6, "max_new_tokens": 6, "batch_size": 2, "progress": False}
+    ref = regenerate(prepare("sql", n_train=6, n_eval=3, data_dir=tmp_path / "ref", log=None)["sql"], **kw)
+    sql = prepare("sql", n_train=6, n_eval=3, data_dir=tmp_path / "run", log=None)["sql"]
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)}
+    env["OMP_NUM_THREADS"] = "1"
+    run = subprocess.run([sys.executable, "-c", KILLED_REGEN, str(sql)], env=env, capture_output=True, timeout=300)
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    out = sql / "regen" / "train.tiny.jsonl"
+    skipped = sql / "regen" / "train.tiny.skipped"
+    written = len(read_jsonl(out)) + len(skipped.read_text().split())
+    assert written == 2, "the first batch was written before the kill, nothing after it"
+    regenerate(sql, **kw)
+    assert out.read_bytes() == ref.read_bytes()
+    assert skipped.read_text() == (ref.parent / "train.tiny.skipped").read_text()
