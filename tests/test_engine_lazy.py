@@ -208,3 +208,29 @@ def test_single_head_forward_uses_weight_views_with_identical_results(model, hea
     )
     vd = heads[2].config.draft_vocab_size
     assert torch.equal(got[0][..., :vd], want[0][..., :vd]) and torch.equal(got[2], want[2])
+
+
+@pytest.mark.parametrize("mode", ["chain", "tree"])
+def test_fixed_without_evaluation_runs_only_its_head_with_the_same_output(model, heads, monkeypatch, mode):
+    """Fixed(evaluate=False), the deployed EAGLE-3 cost: no pool pass after the prefill, same tokens and rounds,
+    its own γ identical to the evaluating run's column, transformers' greedy output."""
+    runs = {}
+    for evaluate in (True, False):
+        rec = Recorder(make_selector("fixed", index=1, evaluate=evaluate))
+        eng = _engine(model, heads, rec, mode)
+        calls = []
+        real = eng.pool.run
+        monkeypatch.setattr(
+            eng.pool, "run", lambda idx, *a, _c=calls, _r=real, **kw: _c.append(list(idx)) or _r(idx, *a, **kw)
+        )
+        out, stats = eng.generate(PROMPT, 30, GREEDY)
+        runs[evaluate] = (out, stats, rec.feedback, calls)
+    (out_t, st_t, fb_t, calls_t), (out_f, st_f, fb_f, calls_f) = runs[True], runs[False]
+    assert torch.equal(out_f, greedy_reference(model, PROMPT, 30)) and torch.equal(out_f, out_t)
+    assert st_f.rounds == st_t.rounds and st_f.accepted_per_round == st_t.accepted_per_round
+    assert len([c for c in calls_f if len(c) > 1]) == 1, "only the prefill ran the whole pool"
+    assert len([c for c in calls_t if len(c) > 1]) == st_t.rounds + 1
+    for a, b in zip(fb_t, fb_f):
+        assert b.gamma is None and a.gamma is not None and a.accepted == b.accepted
+    with pytest.raises(ValueError, match="evaluate must be true or false"):
+        make_selector("fixed", index=1, evaluate="no")

@@ -9,25 +9,33 @@ from hedgespec.types import Decision
 
 
 class Fixed(BaseSelector):
-    """Always drafter ``index`` (the Fixed(i) baseline, incl. the generalist EAGLE-3 drafter)."""
+    """Always drafter ``index`` (the Fixed(i) baseline, incl. the generalist EAGLE-3 drafter).
+
+    ``evaluate=False`` runs it as deployed: it learns nothing, so the runner extends only its own head and skips
+    the pool evaluation (stock EAGLE-3's cost per round); the default ``True`` keeps every drafter's γ so a bench
+    can report the run's ETAP regret.
+    """
 
     name = "fixed"
 
-    def __init__(self, index: int = 0) -> None:
+    def __init__(self, index: int = 0, evaluate: bool = True) -> None:
         super().__init__()
         if not isinstance(index, int) or index < 0:
             raise ValueError(f"Fixed: index must be an int >= 0, got {index!r}")
+        if not isinstance(evaluate, bool):
+            raise ValueError(f"Fixed: evaluate must be true or false, got {evaluate!r}")
         self.index = index
+        self.evaluate = evaluate
 
     def _reset(self) -> None:
         if self.index >= self.n:
             raise ValueError(f"Fixed: drafter index {self.index} is out of range for a pool of {self.n} drafters")
 
     def select(self) -> Decision:
-        return Decision(self.index)
+        return Decision(self.index, evaluate=self.evaluate)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "index": self.index}
+        return {**super().state_dict(), "index": self.index, "evaluate": self.evaluate}
 
 
 class Oracle(BaseSelector):
