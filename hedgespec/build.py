@@ -281,7 +281,7 @@ def build_selector(
     if name == "router":
         gen = generalist_index(cfg["pool"], names, domains)
         clf, mapping, info["router"] = router_classifier(cfg, domains, gen)
-        kw = {"classifier": clf, "drafter_of_domain": mapping, "fallback": gen}
+        kw = {"classifier": clf, "drafter_of_domain": mapping, "fallback": gen, "evaluate": kw.get("evaluate", True)}
     elif name in ("hedgespec", "hedgespec_eal") and kw.get("prior") in ("router", "running"):
         kw["prior_source"] = hedgespec_prior_source(cfg, str(kw["prior"]), names, domains, info)
     make_selector(name, **kw)  # fail fast on bad arguments

@@ -68,6 +68,9 @@ class RoundFeedback:
             [emitted, N]; None when the backend only observed the chosen drafter (e.g. a round whose
             ``decision.evaluate`` was False).
         timings: optional wall times in seconds, e.g. ``{"draft": .., "verify": .., "evaluate": ..}``.
+        own_gamma: the chosen drafter's γ at the emitted positions, shape [emitted], when ``gamma`` is None (the
+            pool was not evaluated but the chosen head was extended over the round's rows); what
+            :meth:`bandit_view` hands MetaSD-UCB on such rounds.
     """
 
     decision: Decision
@@ -76,6 +79,7 @@ class RoundFeedback:
     start: int
     gamma: np.ndarray | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    own_gamma: np.ndarray | None = None
 
     @property
     def chosen(self) -> int:
@@ -86,6 +90,8 @@ class RoundFeedback:
         own: tuple[float, ...] = ()
         if self.gamma is not None:
             own = tuple(float(x) for x in np.asarray(self.gamma)[:, self.chosen])
+        elif self.own_gamma is not None:
+            own = tuple(float(x) for x in np.asarray(self.own_gamma))
         return BanditFeedback(self.chosen, int(self.accepted), int(self.emitted), own)
 
 

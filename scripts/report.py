@@ -5,10 +5,12 @@
     python scripts/report.py results                                            # docs/results/*.json -> docs/RESULTS.md
     python scripts/report.py replay traces/mixed.jsonl --out docs/results/engine_replay.json   # Fig 5a/5b, traces
     python scripts/report.py mat-matrix docs/results/table1_*.json    # Table 1 analog -> docs/results/mat_matrix.*
+    python scripts/report.py seeds --traces t_s0.jsonl t_s1.jsonl t_s2.jsonl --live runs/*/results.json --out seeds.json
 
 `collect` finds every results.json (hedgespec.bench.result v1) under the given paths/globs and writes table.md
-(mean ± std over seeds, ratios to the generalist and the oracle, the reproduction goals), summary.json and
-per-workload figures (MAT per domain × selector, regret curves) into --out (default: <first path>/report).
+(MAT mean ± 95% t-interval over seeds, ratios to the generalist and the oracle, the reproduction goals),
+summary.json and per-workload figures (MAT per domain × selector, regret curves) into --out (default:
+<first path>/report).
 `results` regenerates docs/RESULTS.md from the committed small JSON under docs/results/ (bench results, simulator
 results, learner timings), every number next to its command, side by side with the paper's
 (hedgespec/bench/results_doc.py; words in hedgespec/bench/templates/RESULTS.md.tmpl, the paper's numbers with
@@ -16,6 +18,10 @@ their sources in hedgespec/bench/paper_numbers.yaml).
 
 `replay` replays every selector exactly over full-counterfactual engine traces (`scripts/bench.py ... trace=<path>`,
 greedy) for sub-pools of growing size, and writes the simulator-shaped JSON + regret/scaling PNGs next to --out.
+
+`seeds` replays one trace per seed (each an independent draw of requests, `workload.draw=seeded`) and writes every
+selector's MAT with a 95% interval over seeds, HedgeSpec's paired ratios, and the live runs' tok/s next to plain
+decoding (their MAT checked against the replay of their seed) as JSON + markdown (hedgespec/bench/seeds.py).
 
 A post-processing tool, not an experiment: plain argparse (no Hydra run dir).
 """
@@ -35,6 +41,7 @@ from hedgespec.bench.report import (
     write_json_atomic,
     write_text_atomic,
 )
+from hedgespec.io import portable_paths
 from hedgespec.plots import plot_mat_matrix, plot_regret_curves, plot_scaling
 
 
@@ -87,6 +94,23 @@ def matrix(args: argparse.Namespace) -> None:
     print(f"wrote {out} and {out.with_suffix('.png')}")
 
 
+def seeds(args: argparse.Namespace, argv: list[str] | None) -> None:
+    from hedgespec.bench.seeds import seed_summary, seeds_markdown  # replay imports the runners (torch)
+
+    missing = [p for p in [*args.traces, *args.live] if not Path(p).is_file()]
+    if missing:
+        raise ValueError(f"no such file: {', '.join(missing)}")
+    out = seed_summary(args.traces, args.live)
+    words = argv if argv is not None else sys.argv[1:]
+    out["command"] = portable_paths("python scripts/report.py " + " ".join(shlex.quote(a) for a in words))
+    path = Path(args.out)
+    write_json_atomic(out, path)
+    text = seeds_markdown(out)
+    write_text_atomic(text, path.with_suffix(".md"))
+    print(text)
+    print(f"wrote {path} and {path.with_suffix('.md')}")
+
+
 def results(args: argparse.Namespace) -> None:
     if not Path(args.results_dir).is_dir():
         raise ValueError(f"--results-dir {args.results_dir} is not a directory")
@@ -122,6 +146,10 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="the traced pool's name (default: from <trace>.meta.json, written by scripts/bench.py)",
     )
+    s = sub.add_parser("seeds", help="one trace per seed (+ live runs) -> MAT with 95%% intervals, tok/s x plain")
+    s.add_argument("--traces", nargs="+", required=True, help="full-counterfactual traces, one per seed")
+    s.add_argument("--live", nargs="*", default=[], help="live results.json of the same requests (tok/s, x plain)")
+    s.add_argument("--out", default="seeds.json")
     return ap
 
 
@@ -134,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             replay(args, argv)
         elif args.cmd == "mat-matrix":
             matrix(args)
+        elif args.cmd == "seeds":
+            seeds(args, argv)
         else:
             results(args)
     except ValueError as err:

@@ -64,3 +64,21 @@ def test_bad_workloads_raise_clear_errors(tmp_path):
         load_workload({"name": "domain", "domain": None}, DATA_CFG)
     with pytest.raises(ValueError, match="variant='nope' is unknown"):
         load_workload({"name": "shift", "n_per_domain": 1, "variant": "nope"}, DATA_CFG)
+
+
+def test_seeded_draw_picks_independent_requests_per_seed():
+    """draw=seeded: each seed draws n_per_domain of a domain's eval prompts (a sample, not the first ones), the
+    same seed the same ones; the first n under the default draw; a bad draw is named."""
+    ids = {r for r, _ in read_prompts(DATA / "offline" / "sql" / "eval.jsonl")}
+    cfg = {"name": "mixed", "n_per_domain": 1, "draw": "seeded"}
+    draws = {s: {r.request_id for r in load_workload(cfg, DATA_CFG, seed=s)} for s in range(12)}
+    assert all(len(d) == 7 for d in draws.values())
+    assert draws[5] == {r.request_id for r in load_workload(cfg, DATA_CFG, seed=5)}
+    sql_picks = {next(i for i in d if i in ids) for d in draws.values()}
+    assert len(sql_picks) == len(ids) == 3  # 12 seeds reach all three sql prompts, not only the first
+    first = {r.request_id for r in load_workload({**cfg, "draw": "first"}, DATA_CFG, seed=7)}
+    assert first == {r.request_id for r in load_workload({"name": "mixed", "n_per_domain": 1}, DATA_CFG, seed=0)}
+    whole = load_workload({"name": "domain", "domain": "sql", "n_per_domain": 9, "draw": "seeded"}, DATA_CFG, seed=1)
+    assert {r.request_id for r in whole} == ids  # a split shorter than n_per_domain is used whole
+    with pytest.raises(ValueError, match="workload.draw must be one of"):
+        load_workload({**cfg, "draw": "random"}, DATA_CFG)

@@ -234,3 +234,39 @@ def test_fixed_without_evaluation_runs_only_its_head_with_the_same_output(model,
         assert b.gamma is None and a.gamma is not None and a.accepted == b.accepted
     with pytest.raises(ValueError, match="evaluate must be true or false"):
         make_selector("fixed", index=1, evaluate="no")
+
+
+@pytest.mark.parametrize("mode", ["chain", "tree"])
+@pytest.mark.parametrize("name", ["ucbspec", "exp3spec", "metasd"])
+def test_bandits_without_evaluation_decide_as_with_it(model, heads, monkeypatch, mode, name):
+    """A bandit at its deployed cost (evaluate=False): no pool pass after the prefill, yet the same drafters,
+    accepted lengths and output as the evaluating run, since what it reads (its BanditFeedback, MetaSD's own γ
+    included) is the same; under sampling too (same random draws)."""
+    for samp in (GREEDY, sampling(temperature=0.8, seed=3)):
+        runs = {}
+        for evaluate in (True, False):
+            rec = Recorder(make_selector(name, seed=2, evaluate=evaluate))
+            eng = _engine(model, heads, rec, mode)
+            calls = []
+            real = eng.pool.run
+            monkeypatch.setattr(
+                eng.pool, "run", lambda idx, *a, _c=calls, _r=real, **kw: _c.append(list(idx)) or _r(idx, *a, **kw)
+            )
+            out, stats = eng.generate(PROMPT, 30, samp, ctx=RequestContext(request_id=5))
+            runs[evaluate] = (out, stats, rec.feedback, calls)
+        (out_t, st_t, fb_t, calls_t), (out_f, st_f, fb_f, calls_f) = runs[True], runs[False]
+        assert torch.equal(out_f, out_t) and st_f.chosen == st_t.chosen
+        assert st_f.accepted_per_round == st_t.accepted_per_round
+        assert len({st_t.chosen[j] for j in range(st_t.rounds)}) > 1, "the bandit should try several drafters"
+        assert len([c for c in calls_f if len(c) > 1]) == 1, "only the prefill ran the whole pool"
+        assert len([c for c in calls_t if len(c) > 1]) == st_t.rounds + 1
+        for a, b in zip(fb_t, fb_f):
+            assert b.gamma is None and a.gamma is not None
+            va, vb = a.bandit_view(), b.bandit_view()
+            assert (va.chosen, va.accepted, va.emitted) == (vb.chosen, vb.accepted, vb.emitted)
+            np.testing.assert_allclose(vb.chosen_gamma, va.chosen_gamma, atol=1e-5)
+            assert len(vb.chosen_gamma) == b.emitted
+        if samp is GREEDY:
+            assert torch.equal(out_f, greedy_reference(model, PROMPT, 30))
+    with pytest.raises(ValueError, match="evaluate must be true or false"):
+        make_selector(name, evaluate=1)

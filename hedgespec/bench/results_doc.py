@@ -60,6 +60,11 @@ LE_SIM = (
 )
 #: the engine's label-efficient runs on the embedded pool (a ``scripts/report.py collect`` summary)
 LE_ENGINE = "label_efficient/summary.json"
+#: the main table over seeds: ``scripts/report.py seeds`` output (hedgespec/bench/seeds.py)
+SEEDS = "main256/seeds.json"
+#: goals read from it: HedgeSpec MAT over the oracle / the generalist, HedgeSpec tok/s over plain decoding
+SEED_GOALS = (("hedgespec/oracle", 0.97), ("hedgespec/eagle", 1.25))
+SPEEDUP_GOAL = 1.5
 #: the cheap-feedback goal for partial evaluation on the engine: selection overhead at most this share of the
 #: round time, with MAT at most this relative drop below full-evaluation HedgeSpec
 LE_GOAL = (0.05, 0.01)
@@ -172,6 +177,7 @@ def results_markdown(results_dir: str | Path, embedded_pool: str = "smollm2") ->
     doc = ResultsDoc.load(results_dir, embedded_pool)
     sections = {
         "table1": table1_section(doc),
+        "seeds": seeds_section(doc),
         "main_table": main_section(doc),
         "sim": sim_section(doc),
         "overhead": overhead_section(doc),
@@ -194,6 +200,49 @@ def table1_section(doc: ResultsDoc) -> list[str]:
         mats = " | ".join(f"{m:.2f}" for m in pooled_fixed_mats(r["requests"]))
         rows.append(f"| {r['workload']} | {mats} | {cmd_cell(r)} |")
     return rows
+
+
+# ------------------------------------------------------------------------------ main table over seeds
+def seeds_section(doc: ResultsDoc) -> list[str]:
+    """MAT of every selector over seeds (exact replay, 95% intervals) and the live runs next to plain decoding."""
+    from hedgespec.bench.seeds import seeds_markdown  # torch-free
+
+    d = doc.json(SEEDS)
+    if d is None:
+        return [doc.say("seeds_awaits", file=SEEDS), ""]
+    live = d["live"]
+    out = [
+        doc.say(
+            "seeds_title",
+            file=SEEDS,
+            seeds=", ".join(str(s) for s in d["seeds"]),
+            requests=", ".join(str(n) for n in d["requests_per_seed"]),
+            tokens=", ".join(str(n) for n in d["tokens_per_seed"]),
+            pool=d.get("pool") or "–",
+        ),
+        "",
+        *seeds_markdown(d).rstrip("\n").split("\n"),
+        "",
+    ]
+    trace_cmds = sorted({c for s in d["per_seed"] for c in s["trace_commands"]})
+    out += ["Commands (traces, one per seed; then the live runs; then this summary):", ""]
+    out += [f"- `{c}`" for c in trace_cmds] + [f"- `{r['command']}`" for r in live]
+    out += [f"- `{d['command']}`", ""] if d.get("command") else [""]
+    hs = next((r for r in live if r["selector"] == "hedgespec"), None)
+    goals = [
+        f"HedgeSpec MAT ≥ {thr} × {key.split('/')[1]}: measured {fmt(d['ratios'][key]['mean'], 3)} "
+        f"± {fmt(d['ratios'][key]['ci95'], 3)} ({met_word(d['ratios'][key]['mean'] >= thr, 'met', 'missed')})"
+        for key, thr in SEED_GOALS
+        if key in d["ratios"]
+    ]
+    if hs is not None:
+        x = hs["speedup_vs_plain"]
+        goals.append(
+            f"HedgeSpec tok/s ≥ {SPEEDUP_GOAL} × plain decoding: measured {fmt(x, 3)} "
+            f"({met_word(x >= SPEEDUP_GOAL, 'met', 'missed')})"
+        )
+    out += [doc.say("seeds_goals_intro"), ""] + [f"- {g}" for g in goals] + ["", doc.say("seeds_reading"), ""]
+    return out
 
 
 # ------------------------------------------------------------------------------- main table

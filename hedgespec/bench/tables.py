@@ -2,7 +2,7 @@
 
 * :func:`run_table` — one run's per-domain table (``results.md`` in the run dir).
 * :func:`group_runs` / :func:`seed_mean` / :func:`collection_table` — many runs grouped by (pool, workload,
-  backend, selector), mean ± std over seeds, ratios to the oracle and the generalist (``eagle``).
+  backend, selector), mean ± 95% t-interval over seeds, ratios to the oracle and the generalist (``eagle``).
 * :func:`goals` / :func:`goals_table` — the reproduction goals (HedgeSpec's MAT against the oracle, the
   generalist and the bandits; the selection overhead) as measured ratios.
 * :func:`pooled_fixed_mats` / :func:`mat_matrix` — every fixed drafter's MAT pooled over a domain's requests
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from hedgespec.bench.intervals import mean_ci
 from hedgespec.bench.metrics import mat_regret_fields, regret_summary
 
 #: (baseline selector, HedgeSpec MAT ≥ ratio × that selector's MAT) — the reproduction goals on MAT
@@ -103,11 +104,12 @@ def group_runs(results: Sequence[Mapping[str, Any]]) -> dict[RunKey, list[Mappin
 
 
 def seed_mean(runs: Sequence[Mapping[str, Any]], key: str) -> tuple[float | None, float | None]:
-    """Mean and std (``None`` for one seed) over runs of ``aggregate[key]``; ``(None, None)`` if no run has it."""
+    """Mean and the half-width of its 95% t-interval (``None`` for one seed) over runs of ``aggregate[key]``;
+    ``(None, None)`` if no run has it."""
     vals = [float(r["aggregate"][key]) for r in runs if r["aggregate"].get(key) is not None]
     if not vals:
         return None, None
-    return float(np.mean(vals)), (float(np.std(vals)) if len(vals) > 1 else None)
+    return mean_ci(vals)
 
 
 def _ratio_to(groups: Mapping[RunKey, Sequence[Mapping[str, Any]]], key: RunKey, mat: float | None) -> float | None:
@@ -118,12 +120,12 @@ def _ratio_to(groups: Mapping[RunKey, Sequence[Mapping[str, Any]]], key: RunKey,
 
 
 def collection_table(results: Sequence[Mapping[str, Any]]) -> str:
-    """Markdown: one row per (pool, workload, backend, selector), mean ± std over seeds, plus ratios to baselines
-    (plain decoding measured in the same runs, when it was)."""
+    """Markdown: one row per (pool, workload, backend, selector), MAT mean ± 95% t-interval over seeds, plus ratios
+    to baselines (plain decoding measured in the same runs, when it was)."""
     plain = _has_plain([r["aggregate"] for r in results])
     extra = "plain tok/s | × plain | " if plain else ""
     rows = [
-        f"| pool | workload | backend | selector | seeds | MAT | tok/s | {extra}target fwd / token | "
+        f"| pool | workload | backend | selector | seeds | MAT (± 95% CI) | tok/s | {extra}target fwd / token | "
         "MAT regret | accepted-token regret | ETAP regret / token | selection overhead | MAT / oracle | × eagle |",
         "|---" * (16 if plain else 14) + "|",
     ]

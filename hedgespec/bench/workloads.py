@@ -11,6 +11,11 @@ Workloads (``conf/workload/*.yaml``, key ``name``):
   paper Table 4): same tasks and domains, different surface form.
 * ``prompts``: an inline list (``prompts: [{prompt, domain}, ...]`` or plain strings) for smoke runs.
 
+``draw`` picks which ``n_per_domain`` prompts of a domain's eval split a run uses: ``first`` (default) the first
+ones in file order, ``seeded`` a sample drawn with the run's ``seed`` (without replacement, then in file order), so
+runs at seeds 0, 1, 2 are independent draws of requests from the same split and their spread is a sampling
+interval, not only a reordering of the same requests.
+
 Prompts are read from ``<data.dir>/<data.source>/<domain>/eval.jsonl`` (written by
 ``python scripts/prepare_data.py``); a missing domain directory is prepared on demand when
 ``data.prepare_missing`` is true.  An empty workload is an error, never a silent zero-request benchmark.
@@ -76,11 +81,23 @@ def _ensure_domain(data: Mapping[str, Any], domain: str, split: str = "eval") ->
     )
 
 
-def domain_prompts(data: Mapping[str, Any], domain: str, n: int | None, split: str = "eval") -> list[BenchRequest]:
-    """The first ``n`` (all when None) prompts of one domain's split, in file order."""
+DRAWS = ("first", "seeded")
+
+
+def domain_prompts(
+    data: Mapping[str, Any], domain: str, n: int | None, split: str = "eval", draw: str = "first", seed: int = 0
+) -> list[BenchRequest]:
+    """``n`` (all when None) prompts of one domain's split in file order: the first ``n`` (``draw="first"``) or
+    ``n`` drawn without replacement with ``seed`` (``draw="seeded"``; all of them when the split is shorter)."""
+    if draw not in DRAWS:
+        raise ValueError(f"workload.draw must be one of {list(DRAWS)}, got {draw!r}")
     path = _ensure_domain(data, domain, split)
     rows = read_prompts(path)
-    rows = rows if n is None else rows[: int(n)]
+    if n is not None and draw == "seeded" and int(n) < len(rows):
+        keep = sorted(random.Random(f"bench-draw-{seed}-{domain}").sample(range(len(rows)), int(n)))
+        rows = [rows[j] for j in keep]
+    elif n is not None:
+        rows = rows[: int(n)]
     return [BenchRequest(rid, text, domain) for rid, text in rows]
 
 
@@ -96,7 +113,8 @@ def load_workload(cfg: Mapping[str, Any], data: Mapping[str, Any], seed: int = 0
     Args:
         cfg: the ``workload`` config node (``name`` + its options).
         data: ``{dir, source, prepare_missing}`` of the data recipes' output.
-        seed: shuffles the ``mixed``/``shift`` streams (and seeds the ``shift`` variant).
+        seed: shuffles the ``mixed``/``shift`` streams (and seeds the ``shift`` variant); with ``draw: seeded``
+            it also draws which prompts of each domain are used.
     """
     name = cfg.get("name")
     if name not in WORKLOADS:
@@ -104,6 +122,9 @@ def load_workload(cfg: Mapping[str, Any], data: Mapping[str, Any], seed: int = 0
     n = cfg.get("n_per_domain")
     if n is not None and (not isinstance(n, int) or n < 0):
         raise ValueError(f"workload.n_per_domain must be null or an int >= 0, got {n!r}")
+    draw = str(cfg.get("draw") or "first")
+    if draw not in DRAWS:
+        raise ValueError(f"workload.draw must be one of {list(DRAWS)}, got {draw!r}")
     reqs: list[BenchRequest]
     if name == "prompts":
         reqs = []
@@ -120,11 +141,11 @@ def load_workload(cfg: Mapping[str, Any], data: Mapping[str, Any], seed: int = 0
                 "workload=domain needs a domain: python scripts/bench.py workload=domain domain=<d> "
                 f"(one of {list(TRAIN_DOMAINS + OOD_DOMAINS)})"
             )
-        reqs = domain_prompts(data, str(dom), n)
+        reqs = domain_prompts(data, str(dom), n, draw=draw, seed=seed)
     else:
         key = "ood_domains" if name == "ood" else "domains"
         doms = _check_domains(cfg.get(key) or (OOD_DOMAINS if name == "ood" else TRAIN_DOMAINS), f"workload.{key}")
-        reqs = [r for d in doms for r in domain_prompts(data, d, n)]
+        reqs = [r for d in doms for r in domain_prompts(data, d, n, draw=draw, seed=seed)]
         if name in ("mixed", "shift") and cfg.get("shuffle", True):
             random.Random(f"bench-stream-{seed}").shuffle(reqs)  # shift = the mixed stream, same order
         if name == "shift":

@@ -174,8 +174,10 @@ class SpeculativeEngine:
             ver = self._verify(root, draft, samp)
             clock.lap("verify")
             ev = self._evaluate(root, feat, ver, sampling, log.remaining, decision)
+            own = ev.own(int(decision.drafter))
+            timings = clock.lap("evaluate")
             self.selector.observe(
-                RoundFeedback(decision, ev.accepted, ev.emitted, log.generated, ev.feedback, clock.lap("evaluate"))
+                RoundFeedback(decision, ev.accepted, ev.emitted, log.generated, ev.feedback, timings, own)
             )
             log.add_round(decision, ev, clock.lap("update"))
             (root, feat), done = ver.next_root(), ev.done

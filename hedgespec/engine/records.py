@@ -139,6 +139,10 @@ class Evaluated:
         """The γ matrix the selector gets: all of it after a pool evaluation, else None (chosen outcome only)."""
         return self.gamma if self.evaluated else None
 
+    def own(self, chosen: int) -> np.ndarray | None:
+        """The chosen head's γ column on a round without pool evaluation (None after one: it is in ``feedback``)."""
+        return None if self.evaluated else self.gamma[:, chosen]
+
 
 class RoundClock:
     """Wall-clock seconds of consecutive stages: :meth:`lap` closes the stage running since the last lap."""

@@ -1,7 +1,8 @@
 """Bandit-feedback baselines of the paper: UCBSpec, EXP3Spec (BanditSpec, Hou et al. 2025) and MetaSD-UCB.
 
 Each sees only :class:`~hedgespec.types.BanditFeedback` (the chosen drafter's outcome); one bandit round
-per verification; state per request; reward Y = accepted drafts + 1 ∈ [1, K+1].
+per verification; state per request; reward Y = accepted drafts + 1 ∈ [1, K+1]. ``evaluate=False`` runs them at
+their deployed cost: the runner skips the pool evaluation (they never read it) and extends only the chosen head.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ class _IndexPolicy(BanditSelector):
     """Shared skeleton of the UCB-style baselines: pull each drafter once (round-robin over the first N
     rounds), then the argmax of a per-drafter index built from pull counts and summed rewards."""
 
-    def __init__(self, seed: int = 0) -> None:
-        super().__init__()
+    def __init__(self, seed: int = 0, evaluate: bool = True) -> None:
+        super().__init__(evaluate)
         self.seed = seed
 
     def _reset(self) -> None:
@@ -32,8 +33,8 @@ class _IndexPolicy(BanditSelector):
     def select(self) -> Decision:
         t = self.rounds + 1
         if t <= self.n:
-            return Decision(t - 1)
-        return Decision(argmax_random_ties(self._index(t), self.rng))
+            return self.decide(t - 1)
+        return self.decide(argmax_random_ties(self._index(t), self.rng))
 
     def _observe_bandit(self, fb: BanditFeedback) -> None:
         self.count[fb.chosen] += 1
@@ -55,8 +56,8 @@ class UCBSpec(_IndexPolicy):
 
     name = "ucbspec"
 
-    def __init__(self, delta: float = 0.5, seed: int = 0) -> None:
-        super().__init__(seed)
+    def __init__(self, delta: float = 0.5, seed: int = 0, evaluate: bool = True) -> None:
+        super().__init__(seed, evaluate)
         if not 0.0 < delta < 1.0:
             raise ValueError(f"UCBSpec: delta must be in (0, 1), got {delta!r}")
         self.delta = delta
@@ -78,8 +79,8 @@ class EXP3Spec(BanditSelector):
 
     name = "exp3spec"
 
-    def __init__(self, seed: int = 0) -> None:
-        super().__init__()
+    def __init__(self, seed: int = 0, evaluate: bool = True) -> None:
+        super().__init__(evaluate)
         self.seed = seed
 
     def _reset(self) -> None:
@@ -98,7 +99,7 @@ class EXP3Spec(BanditSelector):
         p = self.probabilities()
         self._p = p
         i = int(self.rng.choice(self.n, p=p))
-        return Decision(i, tuple(float(x) for x in p))
+        return self.decide(i, tuple(float(x) for x in p))
 
     def _observe_bandit(self, fb: BanditFeedback) -> None:
         p = self._p if self._p is not None else self.probabilities()
@@ -112,8 +113,8 @@ class MetaSDUCB(_IndexPolicy):
 
     name = "metasd"
 
-    def __init__(self, beta: float = 1.0, seed: int = 0) -> None:
-        super().__init__(seed)
+    def __init__(self, beta: float = 1.0, seed: int = 0, evaluate: bool = True) -> None:
+        super().__init__(seed, evaluate)
         if beta < 0:
             raise ValueError(f"MetaSDUCB: beta must be >= 0, got {beta!r}")
         self.beta = beta

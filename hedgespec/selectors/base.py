@@ -39,6 +39,13 @@ class Selector(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
 
+def check_evaluate(owner: str, evaluate: Any) -> bool:
+    """The ``evaluate`` option of a selector that reads no γ (False: the runner may skip the pool evaluation)."""
+    if not isinstance(evaluate, bool):
+        raise ValueError(f"{owner}: evaluate must be true or false, got {evaluate!r}")
+    return evaluate
+
+
 def check_request_args(n_drafters: int, k: int) -> None:
     if not isinstance(n_drafters, int) or n_drafters < 1:
         raise ValueError(f"n_drafters must be a positive int (an empty pool cannot draft), got {n_drafters!r}")
@@ -93,6 +100,15 @@ class BanditSelector(BaseSelector):
     """Base for bandit-feedback baselines: subclasses implement ``_observe_bandit`` only."""
 
     full_information = False
+
+    def __init__(self, evaluate: bool = True) -> None:
+        super().__init__()
+        self.evaluate = check_evaluate(type(self).__name__, evaluate)
+
+    def decide(self, drafter: int, weights: tuple[float, ...] | None = None) -> Decision:
+        """The round's decision; ``evaluate=False`` lets the runner skip the pool evaluation, since a bandit reads
+        only the chosen drafter's outcome (the runner still extends the chosen head, so its γ reaches MetaSD)."""
+        return Decision(drafter, weights, evaluate=self.evaluate)
 
     def observe(self, feedback: RoundFeedback) -> None:  # final: strips γ before the policy sees it
         self.rounds += 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hedgespec.selectors.base import BaseSelector
+from hedgespec.selectors.base import BaseSelector, check_evaluate
 from hedgespec.types import Decision
 
 
@@ -22,10 +22,8 @@ class Fixed(BaseSelector):
         super().__init__()
         if not isinstance(index, int) or index < 0:
             raise ValueError(f"Fixed: index must be an int >= 0, got {index!r}")
-        if not isinstance(evaluate, bool):
-            raise ValueError(f"Fixed: evaluate must be true or false, got {evaluate!r}")
         self.index = index
-        self.evaluate = evaluate
+        self.evaluate = check_evaluate("Fixed", evaluate)
 
     def _reset(self) -> None:
         if self.index >= self.n:
@@ -42,11 +40,15 @@ class Oracle(BaseSelector):
     """Best fixed drafter in hindsight per request (the paper's Oracle baseline).
 
     The runner must supply it: offline runners compute it from a full trace (or from every Fixed(i) run)
-    and pass ``RequestContext.best_drafter``.
+    and pass ``RequestContext.best_drafter``. ``evaluate=False``: as Fixed, only its own head is extended.
     """
 
     name = "oracle"
     uses_hindsight = True
+
+    def __init__(self, evaluate: bool = True) -> None:
+        super().__init__()
+        self.evaluate = check_evaluate("Oracle", evaluate)
 
     def _reset(self) -> None:
         best = self.ctx.best_drafter
@@ -60,4 +62,4 @@ class Oracle(BaseSelector):
         self.index = int(best)
 
     def select(self) -> Decision:
-        return Decision(self.index)
+        return Decision(self.index, evaluate=self.evaluate)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from hedgespec.selectors.base import BaseSelector
+from hedgespec.selectors.base import BaseSelector, check_evaluate
 from hedgespec.types import Decision
 
 
@@ -38,12 +38,21 @@ def train_router(prompts: Sequence[str], domains: Sequence[str], seed: int = 0) 
 
 
 class Router(BaseSelector):
-    """Classify the prompt once at ``begin_request``; draft with that domain's drafter for the whole request."""
+    """Classify the prompt once at ``begin_request``; draft with that domain's drafter for the whole request.
+
+    ``evaluate=False``: it reads no γ, so the runner extends only its drafter (its deployed cost)."""
 
     name = "router"
 
-    def __init__(self, classifier: TextClassifier, drafter_of_domain: Mapping[str, int], fallback: int = 0) -> None:
+    def __init__(
+        self,
+        classifier: TextClassifier,
+        drafter_of_domain: Mapping[str, int],
+        fallback: int = 0,
+        evaluate: bool = True,
+    ) -> None:
         super().__init__()
+        self.evaluate = check_evaluate("Router", evaluate)
         if not drafter_of_domain:
             raise ValueError("Router: drafter_of_domain must map at least one domain to a drafter index")
         self.classifier, self.drafter_of_domain, self.fallback = classifier, dict(drafter_of_domain), fallback
@@ -59,7 +68,7 @@ class Router(BaseSelector):
         self.index = self.drafter_of_domain.get(self.predicted, self.fallback)
 
     def select(self) -> Decision:
-        return Decision(self.index)
+        return Decision(self.index, evaluate=self.evaluate)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "predicted_domain": self.predicted}

@@ -73,7 +73,8 @@ def replay_greedy(
         emitted = accepted + 1
         res.chosen_per_position[s : s + emitted] = d.drafter
         seen = gamma[s : s + emitted] if d.evaluate else None  # a skipped evaluation: the chosen outcome only
-        selector.observe(RoundFeedback(d, accepted, emitted, s, seen))
+        own = None if d.evaluate else gamma[s : s + emitted, d.drafter]
+        selector.observe(RoundFeedback(d, accepted, emitted, s, seen, own_gamma=own))
         res.evaluated += int(d.evaluate)
         res.rounds += 1
         res.accepted.append(accepted)

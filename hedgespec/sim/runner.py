@@ -137,7 +137,8 @@ def run_sampling(
             _record_gamma(req, gamma, s, prev, tokens[:emitted])
         res.chosen_per_position[s : s + emitted] = d.drafter
         seen = gamma[s : s + emitted] if d.evaluate else None  # a skipped evaluation: the chosen outcome only
-        selector.observe(RoundFeedback(d, accepted, emitted, s, seen))
+        own = None if d.evaluate else gamma[s : s + emitted, d.drafter]
+        selector.observe(RoundFeedback(d, accepted, emitted, s, seen, own_gamma=own))
         res.evaluated += int(d.evaluate)
         res.rounds += 1
         res.accepted.append(accepted)

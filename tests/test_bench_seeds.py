@@ -1,0 +1,79 @@
+"""Seeds and intervals: the t-interval against scipy and a hand computation; one trace per seed replayed by
+``report.py seeds`` equals the live run of that seed, and the summary's intervals are those of the per-seed MATs."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+from _bench_helpers import compose_bench, inject
+
+from hedgespec.bench.app import bench_main
+from hedgespec.bench.intervals import fmt_ci, mean_ci, t975
+from hedgespec.bench.seeds import seed_summary, seeds_markdown
+
+# the tiny pool's fitted heads accept on these prompts (MAT > 1), so an exact replay is a real check; the seeds move
+# the selectors' random draws (the seeded request draw itself is tested in test_bench_workloads.py)
+WL = ["workload=prompts", "chat_template=false", "max_new_tokens=20"]
+
+
+def test_t_quantiles_and_interval():
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 5, 29, 30, 31, 45, 200, 5000):
+        assert t975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=1e-4), df
+    xs = [1.2, 1.5, 1.4]
+    m, h = mean_ci(xs)
+    assert m == pytest.approx(statistics.mean(xs))
+    assert h == pytest.approx(stats.t.ppf(0.975, 2) * statistics.stdev(xs) / math.sqrt(3), rel=1e-4)
+    assert mean_ci([2.0]) == (2.0, None) and fmt_ci(2.0, None) == "2.00" and fmt_ci(1.0, 0.25) == "1.00 ± 0.25"
+    for bad in ([], [1.0, float("nan")]):
+        with pytest.raises(ValueError, match="mean_ci"):
+            mean_ci(bad)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        t975(0)
+
+
+def test_seed_summary_replays_each_seed_and_matches_its_live_run(tmp_path):
+    traces = []
+    for s in (0, 1):
+        t = tmp_path / f"mixed_s{s}.jsonl"
+        cfg = compose_bench([*WL, "selector=eagle", f"seed={s}", f"trace={t}", "plain_baseline=false"])
+        bench_main(cfg, tmp_path / f"trace{s}", command=f"python scripts/bench.py seed={s} trace={t}", **inject())
+        traces.append(t)
+    live = []
+    for sel in ("hedgespec", "ucbspec", "router"):
+        cfg = compose_bench([*WL, f"selector={sel}", "seed=1"])
+        bench_main(cfg, tmp_path / sel, command=f"python scripts/bench.py selector={sel} seed=1", **inject())
+        live.append(tmp_path / sel / "results.json")
+    out = seed_summary(traces, live)
+    assert out["seeds"] == [0, 1] and out["requests_per_seed"] == [3, 3]
+    assert out["mat"]["oracle"]["mean"] > 1.05  # drafts are accepted: the replay below is not trivially 1.0
+    for label, m in out["mat"].items():
+        per = [s["mat"][label] for s in out["per_seed"]]
+        assert m["mean"] == pytest.approx(statistics.mean(per))
+        assert m["ci95"] == pytest.approx(12.7062 * statistics.stdev(per) / math.sqrt(2), abs=1e-9)
+    runs = {r["selector"]: r for r in out["live"]}
+    for sel in ("hedgespec", "ucbspec"):  # exact replay of seed 1: the live run's MAT to the last digit
+        assert runs[sel]["replay_matches"] is True and runs[sel]["seed"] == 1
+    assert runs["hedgespec"]["evaluates_pool"] and not runs["ucbspec"]["evaluates_pool"]  # baselines: deployed cost
+    assert runs["router"]["replay_mat"] is None  # not a replay selector: tok/s and MAT from its live run only
+    for r in runs.values():
+        q = json.loads((tmp_path / r["selector"] / "results.json").read_text())["requests"]
+        per_req = [(x["generated"] / x["wall_s"]) / (x["plain_generated"] / x["plain_wall_s"]) for x in q]
+        assert r["speedup_per_request"]["mean"] == pytest.approx(statistics.mean(per_req))
+    ratio = [s["mat"]["hedgespec"] / s["mat"]["eagle"] for s in out["per_seed"]]
+    assert out["ratios"]["hedgespec/eagle"]["mean"] == pytest.approx(statistics.mean(ratio))
+    text = seeds_markdown(out)
+    assert "| hedgespec |" in text and "× plain" in text
+
+
+def test_seed_summary_refuses_two_traces_of_one_seed(tmp_path):
+    t = tmp_path / "t.jsonl"
+    cfg = compose_bench([*WL, "selector=eagle", "seed=0", f"trace={t}", "plain_baseline=false"])
+    bench_main(cfg, tmp_path / "run", command=f"python scripts/bench.py seed=0 trace={t}", **inject())
+    with pytest.raises(ValueError, match="same seed"):
+        seed_summary([t, t])
+    with pytest.raises(ValueError, match="meta.json"):
+        seed_summary([tmp_path / "nowhere.jsonl"])
