@@ -12,6 +12,7 @@ from _bench_helpers import compose_bench, inject
 
 from hedgespec.bench.app import bench_main
 from hedgespec.bench.intervals import fmt_ci, mean_ci, t975
+from hedgespec.bench.report import results_markdown
 from hedgespec.bench.seeds import seed_summary, seeds_markdown
 
 # the tiny pool's fitted heads accept on these prompts (MAT > 1), so an exact replay is a real check; the seeds move
@@ -40,7 +41,7 @@ def test_seed_summary_replays_each_seed_and_matches_its_live_run(tmp_path):
     for s in (0, 1):
         t = tmp_path / f"mixed_s{s}.jsonl"
         cfg = compose_bench([*WL, "selector=eagle", f"seed={s}", f"trace={t}", "plain_baseline=false"])
-        bench_main(cfg, tmp_path / f"trace{s}", command=f"python scripts/bench.py seed={s} trace={t}", **inject())
+        bench_main(cfg, tmp_path / f"trace{s}", command=f"python scripts/bench.py workload=prompts seed={s} trace={t}", **inject())
         traces.append(t)
     live = []
     for sel in ("hedgespec", "ucbspec", "router"):
@@ -67,12 +68,21 @@ def test_seed_summary_replays_each_seed_and_matches_its_live_run(tmp_path):
     assert out["ratios"]["hedgespec/eagle"]["mean"] == pytest.approx(statistics.mean(ratio))
     text = seeds_markdown(out)
     assert "| hedgespec |" in text and "× plain" in text
+    (tmp_path / "results" / "main256").mkdir(parents=True)
+    # rendered as the mixed workload's summary (the goals are read on that one)
+    (tmp_path / "results" / "main256" / "seeds_mixed.json").write_text(json.dumps({**out, "workload": "mixed"}))
+    doc = results_markdown(tmp_path / "results")
+    section = doc.split("## Main table over seeds")[1].split("\n## ")[0]
+    assert text.split("\n")[2] in section  # the per-selector rows themselves
+    hs_x = runs["hedgespec"]["speedup_vs_plain"]
+    assert f"HedgeSpec tok/s ≥ 1.5 × plain decoding: measured {hs_x:.3f} (missed)" in section
+    assert "seeds_shift.json` is not there yet" in section
 
 
 def test_seed_summary_refuses_two_traces_of_one_seed(tmp_path):
     t = tmp_path / "t.jsonl"
     cfg = compose_bench([*WL, "selector=eagle", "seed=0", f"trace={t}", "plain_baseline=false"])
-    bench_main(cfg, tmp_path / "run", command=f"python scripts/bench.py seed=0 trace={t}", **inject())
+    bench_main(cfg, tmp_path / "run", command=f"python scripts/bench.py workload=prompts seed=0 trace={t}", **inject())
     with pytest.raises(ValueError, match="same seed"):
         seed_summary([t, t])
     with pytest.raises(ValueError, match="meta.json"):

@@ -29,16 +29,21 @@ SEEDS_FORMAT = "hedgespec.bench.seeds"
 RATIO_BASES = ("oracle", "eagle", "ucbspec", "exp3spec", "metasd")
 
 
-def _trace_seed(trace: str | Path) -> int:
-    """The bench seed a trace was recorded with (from the run command in ``<trace>.meta.json``)."""
+def _trace_option(trace: str | Path, key: str, default: str) -> str:
+    """The value of ``key=`` in the bench commands that recorded a trace (``<trace>.meta.json``), one per file."""
     meta = Path(str(trace) + ".meta.json")
     if not meta.is_file():
         raise ValueError(f"{trace}: no {meta.name} next to it (it is written by scripts/bench.py ... trace=<path>)")
     cmds = json.loads(meta.read_text()).get("commands") or []
-    seeds = {int(w.split("=", 1)[1]) for c in cmds for w in str(c).split() if w.startswith("seed=")}
-    if len(seeds) > 1:
-        raise ValueError(f"{trace}: recorded by runs with different seeds {sorted(seeds)}; trace one seed per file")
-    return seeds.pop() if seeds else 0
+    vals = {w.split("=", 1)[1] for c in cmds for w in str(c).split() if w.startswith(f"{key}=")}
+    if len(vals) > 1:
+        raise ValueError(f"{trace}: recorded by runs with different {key}= values {sorted(vals)}; one per file")
+    return vals.pop() if vals else default
+
+
+def _trace_seed(trace: str | Path) -> int:
+    """The bench seed a trace was recorded with."""
+    return int(_trace_option(trace, "seed", "0"))
 
 
 def replay_seed(trace: str | Path) -> dict[str, Any]:
@@ -49,6 +54,7 @@ def replay_seed(trace: str | Path) -> dict[str, Any]:
     res = out["results"]
     return {
         "seed": seed,
+        "workload": _trace_option(trace, "workload", "mixed"),
         "trace": portable_paths(str(trace)),
         "trace_commands": out["trace_commands"],
         "n_requests": out["n_requests"],
@@ -73,6 +79,7 @@ def _live(path: str | Path) -> dict[str, Any]:
     return {
         "selector": res["selector"],
         "seed": int(res["seed"]),
+        "workload": res["workload"],
         "pool": res["pool"]["name"],
         # False: the run skipped the pool evaluation (its deployed cost); the selector config says
         "evaluates_pool": bool(((res.get("config") or {}).get("selector") or {}).get("evaluate", True)),
@@ -100,6 +107,9 @@ def seed_summary(traces: Sequence[str | Path], live: Sequence[str | Path] = ()) 
     drafters = per_seed[0]["drafters"]
     if any(s["drafters"] != drafters for s in per_seed):
         raise ValueError("the traces were recorded with different pools")
+    workloads = sorted({s["workload"] for s in per_seed})
+    if len(workloads) > 1:
+        raise ValueError(f"the traces were recorded on different workloads {workloads}; summarise one at a time")
     labels = list(per_seed[0]["mat"])
     mats = {x: dict(zip(("mean", "ci95"), mean_ci([s["mat"][x] for s in per_seed]))) for x in labels}
     ratios = {}
@@ -111,6 +121,8 @@ def seed_summary(traces: Sequence[str | Path], live: Sequence[str | Path] = ()) 
     runs = []
     for path in live:
         run = _live(path)
+        if run["workload"] != workloads[0]:
+            raise ValueError(f"{path}: a live run on workload {run['workload']!r}, the traces are {workloads[0]!r}")
         rep = by_seed.get(run["seed"], {}).get("mat", {}).get(run["selector"])
         run["replay_mat"] = rep
         run["replay_matches"] = None if rep is None else abs(rep - run["mat"]) < 1e-9
@@ -119,6 +131,7 @@ def seed_summary(traces: Sequence[str | Path], live: Sequence[str | Path] = ()) 
         "format": SEEDS_FORMAT,
         "version": 1,
         "seeds": seeds,
+        "workload": workloads[0],
         "pool": per_seed[0]["pool"],
         "drafters": drafters,
         "requests_per_seed": [s["n_requests"] for s in per_seed],
