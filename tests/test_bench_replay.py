@@ -13,15 +13,23 @@ from hedgespec.bench.report import results_markdown
 from hedgespec.bench.runners import run_bench
 
 BASE = ["workload=prompts", "chat_template=false", "max_new_tokens=20"]
+# the baselines evaluate the pool here (not their deployed default) so that their live ETAP regret exists to compare
+EVAL = {"eagle", "ucbspec", "exp3spec", "metasd", "oracle"}
+
+
+def _sel(sel: str) -> list[str]:
+    return [f"selector={sel}"] + (["selector.evaluate=true"] if sel in EVAL else [])
 
 
 def test_replay_of_traces_equals_live_engine_runs(tmp_path):
     trace = tmp_path / "trace.jsonl"
     live = {}
-    for sel in ("eagle", "hedgespec", "ucbspec", "exp3spec", "oracle"):
+    for sel in ("eagle", "hedgespec", "hedgespec_running", "ucbspec", "exp3spec", "oracle"):
         extra = [f"trace={trace}"] if sel == "eagle" else []
-        live[sel] = run_bench(compose_bench(BASE + [f"selector={sel}", *extra]), **inject())
+        live[sel] = run_bench(compose_bench(BASE + [*_sel(sel), *extra]), **inject())
     out = replay_selectors(trace, sizes=[2, 4])
+    # the running prior carries weights across requests, so its replay is a real check of the request order
+    assert live["hedgespec_running"]["requests"][1]["weights"][0] != live["hedgespec"]["requests"][1]["weights"][0]
     assert out["n_requests"] == 3 and out["drafters"] == ["general", "code", "sql", "clinical"]
     for sel, res in live.items():
         rep = out["results"][sel]["4"]
@@ -42,9 +50,7 @@ def test_replay_of_all_drafters_uses_the_live_pool_order(tmp_path):
     live = {}
     for sel in ("eagle", "hedgespec", "ucbspec", "exp3spec", "metasd", "oracle"):
         extra = [f"trace={trace}"] if sel == "eagle" else []
-        res = run_bench(
-            compose_bench(BASE + [f"selector={sel}", *extra]), model=model, tokenizer=tok, drafters=live_order
-        )
+        res = run_bench(compose_bench(BASE + [*_sel(sel), *extra]), model=model, tokenizer=tok, drafters=live_order)
         live[sel] = res
     out = replay_selectors(trace, sizes=[2, 4])
     assert out["drafters"] == ["code", "clinical", "sql", "general"]

@@ -22,6 +22,7 @@ import numpy as np
 from hedgespec.bench.metrics import mean_curve
 from hedgespec.io import portable_paths
 from hedgespec.selectors import make_selector
+from hedgespec.selectors.hedgespec import RunningPrior
 from hedgespec.sim.greedy import best_fixed_mat, replay_greedy
 from hedgespec.sim.replay import load_trace
 from hedgespec.sim.runner import regret_curve
@@ -34,6 +35,9 @@ SUB_POOL_ORDER = "live pool order"
 REPLAY_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "hedgespec": ("hedgespec", {}),
     "hedgespec_eal": ("hedgespec_eal", {}),
+    # warm-started from the running mean of earlier requests' final weights (conf/selector/hedgespec_running.yaml);
+    # one fresh RunningPrior per replay, fed in the trace's request order (the live stream's order)
+    "hedgespec_running": ("hedgespec", {"prior": "running", "prior_alpha": 0.5}),
     "ucbspec": ("ucbspec", {}),
     "exp3spec": ("exp3spec", {}),
     "metasd": ("metasd", {}),
@@ -87,6 +91,8 @@ def _replay_one(
         kw["seed"] = seed
     if name == "fixed":
         kw["index"] = generalist
+    if kw.get("prior") == "running":
+        kw["prior_source"] = RunningPrior()
     sel = make_selector(name, **kw)
     rounds, regret, curves = 0, 0.0, []
     for (r, g, runs), (best, _) in zip(tables, oracle):
