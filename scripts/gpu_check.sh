@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Check the real CUDA serving path on a machine with an NVIDIA GPU, unattended, in at most ~8 minutes:
+# Check the real CUDA serving path on a machine with an NVIDIA GPU, unattended, in at most ~10 minutes:
 #
 #   bash scripts/gpu_check.sh                 # from the repository root; prints a summary, exit 0 = all checked OK
 #
@@ -10,11 +10,14 @@
 #    transformers greedy for pools of 1/2/3 tiny drafters, selection moves to the agreeing drafter, 16 concurrent
 #    requests keep their own selector state, a malformed request gets a 4xx, stock EAGLE-3 greedy == greedy
 # 4. `python serve/launch.py pool=tiny dry_run=true` (the launcher's CUDA command line)
-# Each step has its own time limit; the whole run is bounded by HS_GPU_BUDGET_S (default 470 s).
+# 5. a 2-step SpecForge training smoke on the tiny target on one GPU (`train/run.py ... train.device=cuda`):
+#    installs SpecForge as scripts/install.d/30-train.sh does (pinned wheel, --no-deps) when it is missing,
+#    trains, exports and registers one drafter into a scratch pool under the log dir
+# Each step has its own time limit; the whole run is bounded by HS_GPU_BUDGET_S (default 590 s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
-BUDGET=${HS_GPU_BUDGET_S:-470}
+BUDGET=${HS_GPU_BUDGET_S:-590}
 LOG_DIR=${HS_GPU_LOG_DIR:-outputs/gpu_check}
 declare -a SUMMARY=()
 FAILED=0
@@ -72,6 +75,13 @@ grep -E "passed|failed|error" "$LOG_DIR/serve-tests-cuda.log" | tail -3 || true
 # 4. launcher command line for CUDA
 run_step launcher-dry-run 60 python serve/launch.py pool=tiny dry_run=true workdir="$LOG_DIR/ckpt" || true
 grep -o -- "--speculative-algorithm [A-Z0-9]*" "$LOG_DIR/launcher-dry-run.log" || true
+
+# 5. SpecForge training smoke on CUDA (2 steps, tiny target)
+python -c 'import specforge.config' 2>/dev/null || run_step install-specforge 120 bash scripts/install.d/30-train.sh || true
+run_step train-smoke-cuda 150 python train/run.py domain=sql target=tiny train=tiny train.device=cuda \
+  train.specforge.training.max_steps=2 train.specforge.training.save_interval=2 progress=false \
+  paths.outputs="$LOG_DIR/train" paths.pools="$LOG_DIR/pools" || true
+grep -E "registered|manifest|loss" "$LOG_DIR/train-smoke-cuda.log" | tail -3 || true
 
 echo
 echo "================ gpu_check summary ($(( $(date +%s) - START ))s) ================"
