@@ -41,7 +41,12 @@ def test_seed_summary_replays_each_seed_and_matches_its_live_run(tmp_path):
     for s in (0, 1):
         t = tmp_path / f"mixed_s{s}.jsonl"
         cfg = compose_bench([*WL, "selector=eagle", f"seed={s}", f"trace={t}", "plain_baseline=false"])
-        bench_main(cfg, tmp_path / f"trace{s}", command=f"python scripts/bench.py workload=prompts seed={s} trace={t}", **inject())
+        bench_main(
+            cfg,
+            tmp_path / f"trace{s}",
+            command=f"python scripts/bench.py workload=prompts seed={s} trace={t}",
+            **inject(),
+        )
         traces.append(t)
     live = []
     for sel in ("hedgespec", "ucbspec", "router"):
