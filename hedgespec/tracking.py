@@ -131,11 +131,12 @@ def _artifact_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "artifact"
 
 
-def make_logger(name: str, run_dir: str | Path, config: dict[str, Any] | None = None, **kwargs: Any) -> Logger:
-    if name == "none":
+def make_logger(kind: str, run_dir: str | Path, config: dict[str, Any] | None = None, /, **kwargs: Any) -> Logger:
+    """The ``logger=`` option ``kind``; ``kwargs`` go to the wandb run (``name`` is the run's display name)."""
+    if kind == "none":
         return NullLogger()
-    if name == "jsonl":
+    if kind == "jsonl":
         return JsonlLogger(run_dir, config)
-    if name == "wandb":
+    if kind == "wandb":
         return WandbLogger(run_dir, config, **kwargs)
-    raise ValueError(f"unknown logger {name!r}; expected one of {LOGGERS}")
+    raise ValueError(f"unknown logger {kind!r}; expected one of {LOGGERS}")

@@ -3,6 +3,7 @@
 Usage:
     python scripts/serve_compare.py pool=smollm2 device=cpu
     python scripts/serve_compare.py pool=tiny device=cpu compare.concurrency=[1]
+    python scripts/serve_compare.py pool=smollm2 device=cpu logger=wandb    # one W&B run per server (offline)
 Writes serve_compare.json and serve_compare.md into the Hydra run dir and prints the table.
 """
 
@@ -16,16 +17,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from hedgespec.io import write_json_atomic, write_text_atomic
 from hedgespec.serving.compare import run_compare, table
+from hedgespec.serving.compare_log import CompareLogger
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="serve_compare")
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    res = run_compare(OmegaConf.to_container(cfg, resolve=True), run_dir)
+    plain_cfg = OmegaConf.to_container(cfg, resolve=True)
+    tracker = CompareLogger(plain_cfg, run_dir)  # logger=wandb: one run per server, logged as each pass ends
+    res = run_compare(plain_cfg, run_dir, on_row=tracker.row)
     md = table(res)
     print(md)
-    write_text_atomic(md + "\n", run_dir / "serve_compare.md")
-    print(f"wrote {write_json_atomic(res, run_dir / 'serve_compare.json')}")
+    files = [
+        write_text_atomic(md + "\n", run_dir / "serve_compare.md"),
+        write_json_atomic(res, run_dir / "serve_compare.json"),
+    ]
+    tracker.finish(res, files)
+    print(f"wrote {files[1]}")
 
 
 if __name__ == "__main__":

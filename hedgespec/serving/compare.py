@@ -15,7 +15,7 @@ import copy
 import json
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +70,11 @@ def _check_entries(entries: Any) -> list[dict[str, Any]]:
     return entries
 
 
-def run_compare(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Every server of ``compare.servers`` in turn over the same prompts; rows with tok/s and × plain."""
+def run_compare(
+    cfg: Mapping[str, Any], run_dir: Path, on_row: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Every server of ``compare.servers`` in turn over the same prompts; rows with tok/s and × plain.
+    ``on_row`` gets each row as its pass ends (live tracking, :mod:`hedgespec.serving.compare_log`)."""
     cc = cfg["compare"]
     entries = _check_entries(cc["servers"])
     plans = {e["label"]: build_plan(server_cfg(cfg, e), prepare=True) for e in entries}  # refuse bad input first
@@ -95,6 +98,8 @@ def run_compare(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
                 )  # fmt: skip
                 outputs[(e["label"], c)] = list(res["generated_texts"])
                 rows.append(_row(e, plan, c, res, startup))
+                if on_row is not None:
+                    on_row(rows[-1])
             mat = accept_length(plan)
         for r in rows:
             if r["label"] == e["label"]:
