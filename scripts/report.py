@@ -101,6 +101,8 @@ def seeds(args: argparse.Namespace, argv: list[str] | None) -> None:
     if missing:
         raise ValueError(f"no such file: {', '.join(missing)}")
     out = seed_summary(args.traces, args.live)
+    if args.note:
+        out["note"] = args.note
     words = argv if argv is not None else sys.argv[1:]
     out["command"] = portable_paths("python scripts/report.py " + " ".join(shlex.quote(a) for a in words))
     path = Path(args.out)
@@ -150,6 +152,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--traces", nargs="+", required=True, help="full-counterfactual traces, one per seed")
     s.add_argument("--live", nargs="*", default=[], help="live results.json of the same requests (tok/s, x plain)")
     s.add_argument("--out", default="seeds.json")
+    s.add_argument("--note", default=None, help="a sentence on the pool or the runs, shown with the table")
     return ap
 
 

@@ -229,6 +229,7 @@ def _seed_workload(doc: ResultsDoc, file: str, d: Mapping[str, Any]) -> list[str
             tokens=", ".join(str(n) for n in d["tokens_per_seed"]),
         ),
         "",
+        *([d["note"], ""] if d.get("note") else []),
         *seeds_markdown(d).rstrip("\n").split("\n"),
         "",
     ]
