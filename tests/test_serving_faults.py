@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _serve_helpers import hf_greedy
 from test_serving_server import NEW_TOKENS, PROMPTS, _generate, _needs_sglang, _server  # noqa: F401 - fixture
 
 from hedgespec.selectors import make_selector
@@ -41,19 +42,7 @@ def ckpt(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference(ckpt) -> dict[tuple[int, ...], list[int]]:
-    """Non-speculative greedy continuations from transformers (independent of SGLang)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(ckpt / "t_rand", dtype=torch.float32).eval()
-    out = {}
-    for ids in PROMPTS:
-        with torch.no_grad():
-            gen = model.generate(
-                torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0
-            )
-        out[tuple(ids)] = gen[0, len(ids) :].tolist()
-    return out
+    return hf_greedy(ckpt / "t_rand", PROMPTS, NEW_TOKENS)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from _engine_helpers import GREEDY, decoding
+from _serve_helpers import hf_greedy
 
 from hedgespec.serving import sglang_available
 from hedgespec.serving.argv import build_plan
@@ -103,19 +104,7 @@ def _generate(
 
 @pytest.fixture(scope="module")
 def reference(ckpt) -> dict[tuple[int, ...], list[int]]:
-    """Non-speculative greedy continuations from transformers (independent of SGLang)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(ckpt / "t_rand", dtype=torch.float32).eval()
-    out = {}
-    for ids in PROMPTS:
-        with torch.no_grad():
-            gen = model.generate(
-                torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0
-            )
-        out[tuple(ids)] = gen[0, len(ids) :].tolist()
-    return out
+    return hf_greedy(ckpt / "t_rand", PROMPTS, NEW_TOKENS)
 
 
 @pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda n: f"pool{n}")

@@ -18,6 +18,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from _serve_helpers import hf_greedy
 from _train_helpers import REPO, specforge_or_skip, tiny_overrides, tmp_overrides
 
 from hedgespec.serving import sglang_available
@@ -72,21 +73,6 @@ def _generate(base_url: str, ids: list[int]) -> dict:
         return json.load(r)
 
 
-def _reference(target: Path) -> dict[tuple[int, ...], list[int]]:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
-    out = {}
-    for ids in PROMPTS:
-        with torch.no_grad():
-            gen = model.generate(
-                torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0
-            )
-        out[tuple(ids)] = gen[0, len(ids) :].tolist()
-    return out
-
-
 def test_trained_pool_serves_with_reconciled_dtype_and_is_lossless(trained, tmp_path):
     manifest, target = trained
     cfg = {
@@ -100,7 +86,7 @@ def test_trained_pool_serves_with_reconciled_dtype_and_is_lossless(trained, tmp_
     }
     plan = build_plan(cfg)
     assert plan.drafter_names == ["sql"] and plan.dtype == "bfloat16"
-    reference = _reference(target)
+    reference = hf_greedy(target, PROMPTS, NEW_TOKENS)
     with ServerProcess(plan, tmp_path / "server.log", startup_timeout_s=400) as srv:
         for ids in PROMPTS:
             out = _generate(srv.plan.base_url, ids)

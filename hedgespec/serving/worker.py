@@ -150,26 +150,34 @@ def _restore(batch: Any, snap: dict[str, Any]) -> None:
         setattr(batch, k, v)
 
 
-def _finite_logits(logits: torch.Tensor) -> bool:
+def _finite_logits(logits: torch.Tensor) -> torch.Tensor:
     """Every row has a finite maximum: no NaN, no +inf, not all −inf (−inf alone marks masked ids and is fine;
-    the reference engine's rule, :meth:`hedgespec.engine.pool.DrafterPool._nonfinite`)."""
-    return logits.numel() == 0 or bool(torch.isfinite(logits.amax(dim=-1)).all())
+    the reference engine's rule, :meth:`hedgespec.engine.pool.DrafterPool._nonfinite`). A 0-dim bool tensor on
+    the logits' device: reading it is left to the caller's one transfer per round."""
+    if logits.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=logits.device)
+    return torch.isfinite(logits.amax(dim=-1)).all()
 
 
-def _finite(*tensors: torch.Tensor | None) -> bool:
-    return all(t is None or bool(torch.isfinite(t).all()) for t in tensors)
+def _finite(flag: torch.Tensor, *tensors: torch.Tensor | None) -> torch.Tensor:
+    """``flag`` and-ed with "every value of ``tensors`` is finite", on the device (no host sync)."""
+    for t in tensors:
+        if t is not None:
+            flag = flag & torch.isfinite(t).all().to(flag.device)
+    return flag
 
 
 @contextlib.contextmanager
-def _capture_logits_argmax(runner: Any, sink: list[tuple[torch.Tensor, bool]]) -> Iterator[None]:
+def _capture_logits_argmax(runner: Any, sink: list[tuple[torch.Tensor, torch.Tensor]]) -> Iterator[None]:
     """Record ``(argmax of every row, whether every row is finite)`` of ``runner``'s next forward's logits
-    (before SGLang keeps only the selected row). Scoped to this one runner instance and removed on exit."""
+    (before SGLang keeps only the selected row), both left on the device. Scoped to this one runner instance and
+    removed on exit."""
     original = runner.forward
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
         logits = out.logits_output.next_token_logits
-        sink.append((torch.argmax(logits, dim=-1).to("cpu"), _finite_logits(logits)))
+        sink.append((torch.argmax(logits, dim=-1), _finite_logits(logits)))
         return out
 
     runner.forward = forward
@@ -323,17 +331,25 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
     @staticmethod
     def _target_ids(drafter: EagleDraftWorker, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary ids → target ids (the drafter's hot-token map), on the ids' own device."""
         hot = getattr(drafter, "hot_token_id", None)
-        draft_ids = draft_ids.long().to("cpu")
-        return hot.to("cpu")[draft_ids] if hot is not None else draft_ids
+        draft_ids = draft_ids.long()
+        return hot.to(draft_ids.device)[draft_ids] if hot is not None else draft_ids
 
     def _store_rows(self, j: int, reqs: list, ndi: Any) -> None:
-        drafter = self._drafters[j]
-        preds = self._target_ids(drafter, ndi.topk_index[:, 0]).tolist()
+        """Keep drafter ``j``'s next-round draft input and its first-token proposal per request (one read)."""
+        self._keep_rows(j, reqs, ndi)
+        self._set_preds(j, reqs, self._target_ids(self._drafters[j], ndi.topk_index[:, 0]).to("cpu").tolist())
+
+    def _keep_rows(self, j: int, reqs: list, ndi: Any) -> None:
+        """Copy drafter ``j``'s next-round draft input rows per request, on the device (SGLang reuses
+        ``next_draft_input`` and, under CUDA graphs, its buffers for the next drafter)."""
         for b, req in enumerate(reqs):
-            st = self._state(req)
-            st.rows[j] = (ndi.topk_p[b].clone(), ndi.topk_index[b].clone(), ndi.hidden_states[b].clone())
-            st.next_pred[j] = int(preds[b])
+            self._state(req).rows[j] = (ndi.topk_p[b].clone(), ndi.topk_index[b].clone(), ndi.hidden_states[b].clone())
+
+    def _set_preds(self, j: int, reqs: list, preds: list[int]) -> None:
+        for b, req in enumerate(reqs):
+            self._state(req).next_pred[j] = int(preds[b])
 
     def _draft_input_for(self, j: int, base: Any, states: list[_RequestState]) -> Any:
         info = copy.copy(base)
@@ -389,7 +405,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
     def _extend_prefill(self, j: int, batch: Any, out: Any, kv_loc_plan: Any) -> Any:
         """Drafter ``j``'s draft-extend over the prompt; None (``j`` dropped) when it raises or is not finite."""
-        sink: list[tuple[torch.Tensor, bool]] = []
+        sink: list[tuple[torch.Tensor, torch.Tensor]] = []
 
         def run() -> Any:
             with self._active(j) as drafter, _capture_logits_argmax(drafter.draft_runner, sink):
@@ -402,7 +418,8 @@ class HedgeSpecWorker(EAGLEWorkerV2):
                 )
 
         ndi = self._run_drafter(j, "draft-extend over the prompt", run)
-        if ndi is not None and not (all(ok for _, ok in sink) and _finite(ndi.topk_p, ndi.hidden_states)):
+        ok = [f for _, f in sink]
+        if ndi is not None and not (ok and bool(_finite(torch.stack(ok).all(), ndi.topk_p, ndi.hidden_states))):
             self._drop(j, "gave non-finite (NaN/inf) logits or hidden states in draft-extend over the prompt")
             return None
         return ndi
@@ -485,13 +502,17 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
     def _evaluate(self, batch: Any, out: Any, verify_input: Any) -> list[torch.Tensor]:
         """Draft-extend every live drafter over the verified tokens; per drafter its argmax (target ids) at every
-        row, [B, ndt], −1 for a dropped drafter (a drafter that raises or is not finite is dropped here)."""
+        row, [B, ndt], −1 for a dropped drafter (a drafter that raises or is not finite is dropped here).
+
+        Nothing is read back per drafter: every drafter's argmax rows, its next first-token proposal and its
+        finiteness flag stay on the device until one transfer for the whole round (:meth:`_read_back`)."""
         reqs, ndt = list(batch.reqs), self.speculative_num_draft_tokens
         argmaxes = [torch.full((len(reqs), ndt), -1, dtype=torch.long)] * self.n_drafters
         snap = _snapshot(batch)
+        pending: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for j in self._live():
             _restore(batch, snap)
-            sink: list[tuple[torch.Tensor, bool]] = []
+            sink: list[tuple[torch.Tensor, torch.Tensor]] = []
 
             def run(j: int = j, sink: list = sink) -> bool:
                 with self._active(j) as drafter, _capture_logits_argmax(drafter.draft_runner, sink):
@@ -500,14 +521,36 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
             if not self._run_drafter(j, "draft-extend over the verified tokens", run):
                 continue
-            if not (sink and sink[-1][1] and _finite(out.next_draft_input.hidden_states)):
+            if not sink:
+                self._drop(j, "ran no forward in draft-extend")
+                continue
+            ndi, drafter = out.next_draft_input, self._drafters[j]
+            rows, ok = self._target_ids(drafter, sink[-1][0]), _finite(sink[-1][1], ndi.hidden_states)
+            pending.append((j, rows, self._target_ids(drafter, ndi.topk_index[:, 0]), ok))
+            self._keep_rows(j, reqs, ndi)  # a drafter found non-finite below is dropped; nothing reads its rows
+        for (j, *_), (rows, preds, ok) in zip(pending, self._read_back(pending)):
+            if not ok:
                 self._drop(j, "gave non-finite (NaN/inf) logits or hidden states in draft-extend")
                 continue
-            argmaxes[j] = self._target_ids(self._drafters[j], sink[-1][0]).view(len(reqs), ndt)
-            self._store_rows(j, reqs, out.next_draft_input)
+            argmaxes[j] = rows.view(len(reqs), ndt)
+            self._set_preds(j, reqs, preds.tolist())
         if not any(self._alive):
             self._stub_skipped_draft_extend(batch, out)  # SGLang's shape-valid rows; nothing drafts from them
         return argmaxes
+
+    @staticmethod
+    def _read_back(pending: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]) -> list[tuple]:
+        """One device → host transfer for the round: per drafter (argmax rows, first-token proposals, finite)."""
+        if not pending:
+            return []
+        parts = [t for _, rows, preds, ok in pending for t in (rows.view(-1), preds.view(-1), ok.view(1).long())]
+        host = torch.cat([t.to(parts[0].device) for t in parts]).to("cpu")
+        out, at = [], 0
+        for _, rows, preds, _ in pending:
+            n, m = rows.numel(), preds.numel()
+            out.append((host[at : at + n], host[at + n : at + n + m], bool(host[at + n + m])))
+            at += n + m + 1
+        return out
 
     def _compose(self, proposals: dict[int, Any], choices: list[int]) -> Any:
         """Verify input whose request b rows come from drafter ``choices[b]`` (chain trees share structure)."""
