@@ -58,7 +58,8 @@ def test_selector_eagle_is_stock_eagle3_with_the_generalist(tiny_dir):
 
 def test_fixed_and_bandit_selectors_run_in_the_same_server(tiny_dir):
     fixed = build_plan(_compose("pool=tiny", "device=cpu", "selector=fixed", "selector.index=2", f"workdir={tiny_dir}"))
-    assert json.loads(fixed.env["HEDGESPEC_CONFIG"])["selector_kwargs"] == {"index": 2}
+    # evaluate travels with the selector's options; the worker still evaluates every drafter (docs/serving.md)
+    assert json.loads(fixed.env["HEDGESPEC_CONFIG"])["selector_kwargs"] == {"index": 2, "evaluate": False}
     ucb = build_plan(_compose("pool=tiny", "device=cpu", "selector=ucbspec", f"workdir={tiny_dir}"))
     assert json.loads(ucb.env["HEDGESPEC_CONFIG"])["selector"] == "ucbspec"
 
