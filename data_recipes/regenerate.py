@@ -9,6 +9,9 @@ present. The default budget (8 examples x 256 new tokens) fits the embedded Smol
 (5-14 tok/s -> 2-7 minutes per domain); raise ``max_examples`` on GPU machines.
 ``batch_size`` > 1 batches prompts through one left-padded ``generate`` call (transformers path) or sends that
 many requests at once (server path: the server batches them).
+A target with a chat-template thinking switch set (``target.thinking``, Qwen3) renders its prompts with it: the
+loaded tokenizer has it fixed, requests to a server carry it as ``chat_template_kwargs``, and the answers go to
+``regen/<split>.<target>.think.jsonl`` or ``.nothink.jsonl``, so the two settings never share a resumed file.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 import hedgespec.models
+from hedgespec.models.chat import check_thinking, template_kwargs
 
 from .common import DataRecipeError, read_jsonl, validate_record
 
@@ -37,13 +41,21 @@ BACKENDS = ("transformers", "sglang")
 
 
 def server_generator(
-    url: str, model: str | None, max_new_tokens: int, temperature: float, seed: int, timeout: float = 600.0
+    url: str,
+    model: str | None,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    timeout: float = 600.0,
+    thinking: bool | None = None,
 ) -> Generator:
     """Chat completions against an OpenAI-compatible endpoint (stdlib ``urllib``; no extra dependency).
 
     The returned function also has ``.batch(list_of_messages) -> list[str]``: the prompts sent at once from one
     thread each, answers in prompt order, so ``batch_size`` is the client's concurrency and the server's
     continuous batching does the rest (as SpecForge's ``scripts/regenerate_train_data.py`` drives SGLang).
+    ``thinking`` (not None) is sent as ``chat_template_kwargs`` so the server renders the prompt as the target's
+    pinned template does.
     """
     endpoint = url.rstrip("/")
     if not endpoint.endswith("/chat/completions"):
@@ -57,6 +69,8 @@ def server_generator(
             "temperature": temperature,
             "seed": seed,
         }
+        if thinking is not None:
+            body["chat_template_kwargs"] = template_kwargs(thinking)
         req = urllib.request.Request(
             endpoint, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
         )
@@ -127,6 +141,20 @@ def _target_name(target: Any, target_name: str | None) -> str:
     return str(name).replace("/", "_").replace(":", "_")
 
 
+def _thinking_of(target: Any) -> bool | None:
+    """The target's ``thinking`` setting (``None`` for a name the registry does not know, e.g. a test label)."""
+    if isinstance(target, str):
+        known = target.startswith("hf:") or target in hedgespec.models.BUILTIN_TARGETS
+        return hedgespec.models.resolve_target(target).thinking if known else None
+    value = target.get("thinking") if hasattr(target, "get") else getattr(target, "thinking", None)
+    return check_thinking(value, _target_name(target, None))
+
+
+def output_stem(target_name: str, thinking: bool | None) -> str:
+    """``<target>`` or ``<target>.think`` / ``<target>.nothink``: the file stem of one target's answers."""
+    return target_name if thinking is None else f"{target_name}.{'think' if thinking else 'nothink'}"
+
+
 def _prompt_of(rec: dict[str, Any]) -> list[dict[str, str]]:
     """The turns a regenerated answer replies to: the user prompt (after the system prompt, if any)."""
     turns = [t for t in rec["conversations"] if t["role"] != "assistant"]
@@ -169,7 +197,8 @@ def regenerate(
             f"regen.max_examples={max_examples}, regen.max_new_tokens={max_new_tokens} and "
             f"regen.batch_size={batch_size} must be >= 1"
         )
-    name = _target_name(target, target_name)  # with a url, the server is assumed to serve this target
+    thinking = _thinking_of(target)
+    name = output_stem(_target_name(target, target_name), thinking)  # with a url, the server serves this target
     out_dir = domain_dir / "regen"
     out_dir.mkdir(exist_ok=True)
     out = out_dir / f"{split}.{name}.jsonl"
@@ -185,7 +214,7 @@ def regenerate(
             if backend == "sglang" and not url:
                 url = _start_server(stack, target, batch_size, server or {})
             generator = (
-                server_generator(url, model, max_new_tokens, temperature, seed)
+                server_generator(url, model, max_new_tokens, temperature, seed, thinking=thinking)
                 if url
                 else transformers_generator(target, max_new_tokens, temperature, seed)
             )
@@ -193,6 +222,7 @@ def regenerate(
     info = {
         "split": split,
         "target": name,
+        "thinking": thinking,
         "url": url,
         "backend": backend,
         "temperature": temperature,

@@ -40,7 +40,10 @@ def test_resumable_with_fake_generator(sql_dir) -> None:
     assert (sql_dir / "regen" / "train.fake.jsonl").is_file()
 
 
-def test_server_path_openai_compatible(sql_dir) -> None:
+@pytest.mark.parametrize("thinking", [None, False, True])
+def test_server_path_openai_compatible(sql_dir, thinking) -> None:
+    """The chat request a server gets; a target's thinking switch travels as chat_template_kwargs and names
+    the answers' file, so answers of the two settings are never resumed into one file."""
     seen = []
 
     class H(BaseHTTPRequestHandler):
@@ -68,10 +71,19 @@ def test_server_path_openai_compatible(sql_dir) -> None:
             max_examples=2,
             max_new_tokens=7,
             progress=False,
+            target={"name": "qwen", "kind": "hf", "hf_id": "Qwen/Qwen3-8B", "thinking": thinking},
         )
     finally:
         srv.shutdown()
     assert [p for p, _ in seen] == ["/v1/chat/completions"] * 2
+    stem = {None: "qwen", False: "qwen.nothink", True: "qwen.think"}[thinking]
+    assert out.name == f"train.{stem}.jsonl"
+    assert json.loads((out.parent / f"train.{stem}.json").read_text())["thinking"] == thinking
+    for _p, body in seen:
+        if thinking is None:
+            assert "chat_template_kwargs" not in body
+        else:
+            assert body["chat_template_kwargs"] == {"enable_thinking": thinking}
     assert (
         seen[0][1]["max_tokens"] == 7
         and seen[0][1]["temperature"] == 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .chat import pin_thinking
 from .smollm2 import convert_smollm2, load_smollm2
 from .spec import TargetSpec, resolve_target
 
@@ -19,7 +20,8 @@ def load_target(name_or_cfg: str | TargetSpec | dict[str, Any] | Any, **override
         **overrides: TargetSpec fields to replace (e.g. ``dtype="bfloat16"``, ``seed=3``, ``cache_dir=...``).
 
     Returns:
-        ``(model, tokenizer)``; the model is in eval mode on ``spec.device``, the tokenizer has a chat template.
+        ``(model, tokenizer)``; the model is in eval mode on ``spec.device``, the tokenizer has a chat template
+        (with ``spec.thinking`` fixed in it when set, :func:`hedgespec.models.chat.pin_thinking`).
     """
     spec = resolve_target(name_or_cfg)
     if overrides:
@@ -31,6 +33,11 @@ def load_target(name_or_cfg: str | TargetSpec | dict[str, Any] | Any, **override
             )
         d.update(overrides)
         spec = TargetSpec(**d)
+    model, tok = _load(spec)
+    return model, pin_thinking(tok, spec.thinking, spec.name)
+
+
+def _load(spec: TargetSpec) -> tuple[Any, Any]:
     if spec.kind == "tiny":
         from .tiny import build_tiny_target  # lazy: .tiny imports torch; hedgespec.models stays torch-free
 
@@ -51,7 +58,7 @@ def _load_hf(spec: TargetSpec) -> tuple[Any, Any]:
         kw["local_files_only"] = True
     dtype = "auto" if spec.dtype == "auto" else getattr(torch, spec.dtype)
     try:
-        tok = AutoTokenizer.from_pretrained(spec.hf_id, **kw)
+        tok = pin_thinking(AutoTokenizer.from_pretrained(spec.hf_id, **kw), spec.thinking, spec.name)  # before weights
         model = AutoModelForCausalLM.from_pretrained(spec.hf_id, dtype=dtype, **kw)
     except OSError as e:
         hint = " (HF_HUB_OFFLINE is set: download it first on a machine with network)" if offline else ""
@@ -62,8 +69,13 @@ def _load_hf(spec: TargetSpec) -> tuple[Any, Any]:
 
 
 def load_tokenizer(name_or_cfg: str | TargetSpec | dict[str, Any] | Any) -> Any:
-    """Only the target's tokenizer (cheap: no weights for ``tiny``; ``smollm2``: the cached conversion's tokenizer)."""
+    """Only the target's tokenizer (cheap: no weights for ``tiny``; ``smollm2``: the cached conversion's tokenizer),
+    with ``spec.thinking`` fixed in its chat template as :func:`load_target` does."""
     spec = resolve_target(name_or_cfg)
+    return pin_thinking(_load_tokenizer(spec), spec.thinking, spec.name)
+
+
+def _load_tokenizer(spec: TargetSpec) -> Any:
     if spec.kind == "tiny":
         from .tiny import build_tiny_tokenizer  # lazy, as in load_target
 

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from omegaconf import OmegaConf
 
+from .chat import check_thinking
+
 TargetKind = Literal["smollm2", "tiny", "hf"]
 #: SmolLM2-135M-Instruct's decoder layers (its config.json: num_hidden_layers).
 SMOLLM2_LAYERS = 30
@@ -51,6 +53,9 @@ class TargetSpec:
         trust_remote_code: passed to transformers (kind ``hf``), off by default.
         num_layers: decoder layer count (kind ``hf``), so plans made without loading the target (e.g.
             ``train.plan_only=true``) show the real EAGLE-3 capture layers; checked against the loaded model.
+        thinking: the chat template's thinking switch (Qwen3's ``enable_thinking``): ``None`` keeps the
+            template's default, ``True``/``False`` fix it in the loaded tokenizer for every render
+            (:mod:`hedgespec.models.chat`); a target whose template has no such switch refuses a value.
     """
 
     name: str
@@ -64,6 +69,7 @@ class TargetSpec:
     cache_dir: str | None = None
     trust_remote_code: bool = False
     num_layers: int | None = None
+    thinking: bool | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("smollm2", "tiny", "hf"):
@@ -74,6 +80,7 @@ class TargetSpec:
             raise ValueError(f"target dtype={self.dtype!r} is unknown; expected float32, bfloat16, float16 or auto")
         if self.num_layers is not None and (isinstance(self.num_layers, bool) or int(self.num_layers) < 1):
             raise ValueError(f"target num_layers={self.num_layers!r} must be a positive layer count (or null)")
+        check_thinking(self.thinking, self.name)
 
     def layer_count(self) -> int | None:
         """Decoder layers without loading weights: ``num_layers`` if set, else the tiny arch's or SmolLM2-135M's."""
@@ -119,10 +126,22 @@ BUILTIN_TARGETS: dict[str, TargetSpec] = {
         num_layers=32,
     ),
     "qwen8b": TargetSpec(
-        name="qwen8b", kind="hf", hf_id="Qwen/Qwen3-8B", dtype="bfloat16", device="cuda", num_layers=36
+        name="qwen8b",
+        kind="hf",
+        hf_id="Qwen/Qwen3-8B",
+        dtype="bfloat16",
+        device="cuda",
+        num_layers=36,
+        thinking=False,
     ),
     "qwen32b": TargetSpec(
-        name="qwen32b", kind="hf", hf_id="Qwen/Qwen3-32B", dtype="bfloat16", device="cuda", num_layers=64
+        name="qwen32b",
+        kind="hf",
+        hf_id="Qwen/Qwen3-32B",
+        dtype="bfloat16",
+        device="cuda",
+        num_layers=64,
+        thinking=False,
     ),
 }
 

@@ -38,6 +38,7 @@ from typing import Any
 from huggingface_hub import snapshot_download
 
 from hedgespec.io import atomic_dir, write_json_atomic
+from hedgespec.models.chat import pin_thinking
 from hedgespec.models.fingerprint import target_fingerprint
 from hedgespec.models.smollm2 import convert_smollm2
 from hedgespec.training.features import MANIFEST, FeatureSet, feature_key, generate_features
@@ -193,19 +194,22 @@ def capture_features_deepspeed(
     offload: str = "cpu",
     nvme_path: str | None = None,
     progress: bool = True,
+    tokenizer_hash: str = "",
+    thinking: bool | None = None,
 ) -> FeatureSet:
     """Write (or reuse) ``cache_root/<key>/`` like :func:`~hedgespec.training.features.generate_features`.
 
     ``model_dir`` is the target's Hugging Face directory (``save_pretrained`` output), ``compute_dtype`` the dtype
     the target runs in (match the transformers path's target dtype for equal features), ``dtype`` the stored one.
     The capture runs in a ``torch.distributed.run`` child; its output is shown when ``progress`` and quoted in the
-    RuntimeError when it fails.
+    RuntimeError when it fails. ``thinking`` (the target's chat-template switch) is fixed in the tokenizer the
+    child loads from ``model_dir``, so its renders are the parent's; ``tokenizer_hash`` joins the cache key.
     """
     model_dir, data_path = Path(model_dir), Path(data_path)
     _check_inputs(model_dir, data_path, aux_layer_ids, offload, nvme_path)
     if compute_dtype not in COMPUTE_DTYPES:
         raise ValueError(f"compute_dtype={compute_dtype!r}: expected one of {COMPUTE_DTYPES}")
-    key = feature_key(target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype)
+    key = feature_key(target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype, tokenizer_hash)
     out = Path(cache_root) / key
     if (out / MANIFEST).is_file():
         m = json.loads((out / MANIFEST).read_text())
@@ -218,6 +222,8 @@ def capture_features_deepspeed(
         *("--max-length", str(max_length), "--dtype", dtype, "--compute-dtype", compute_dtype, "--offload", offload),
         *(("--max-samples", str(max_samples)) if max_samples is not None else ()),
         *(("--nvme-path", str(nvme_path)) if nvme_path else ()),
+        *(("--tokenizer-hash", tokenizer_hash) if tokenizer_hash else ()),
+        *(("--thinking", str(thinking).lower()) if thinking is not None else ()),
         *(("--progress",) if progress else ()),
     ]
     _launch(argv, echo=progress)
@@ -308,6 +314,8 @@ def run_worker(args: argparse.Namespace) -> tuple[Path, float, float]:
     config = zero_inference_config(hidden, args.offload, args.nvme_path, args.compute_dtype, pin=pin)
     t0 = time.perf_counter()
     model, tokenizer = _load_zero3(model_dir, config, args.compute_dtype)
+    thinking = None if args.thinking is None else args.thinking == "true"
+    tokenizer = pin_thinking(tokenizer, thinking, str(model_dir))
     t1 = time.perf_counter()
     fs = generate_features(
         model,
@@ -320,6 +328,7 @@ def run_worker(args: argparse.Namespace) -> tuple[Path, float, float]:
         max_samples=args.max_samples,
         dtype=args.dtype,
         progress=args.progress,
+        tokenizer_hash=args.tokenizer_hash,
     )
     if not fs.reused:
         manifest = json.loads((fs.path / MANIFEST).read_text())
@@ -344,6 +353,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-dtype", default="float32", choices=COMPUTE_DTYPES, help="dtype the target runs in")
     p.add_argument("--offload", default="cpu", choices=OFFLOAD_DEVICES)
     p.add_argument("--nvme-path", default=None)
+    p.add_argument("--tokenizer-hash", default="", help="the parent's tokenizer fingerprint (part of the cache key)")
+    p.add_argument("--thinking", default=None, choices=("true", "false"), help="fix the chat template's switch")
     p.add_argument("--progress", action="store_true")
     return p
 

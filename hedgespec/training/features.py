@@ -106,20 +106,28 @@ class FeatureSet:
 
 
 def feature_key(
-    target_hash: str, data_hash: str, aux_layer_ids: Sequence[int], max_length: int, max_samples: int | None, dtype: str
+    target_hash: str,
+    data_hash: str,
+    aux_layer_ids: Sequence[int],
+    max_length: int,
+    max_samples: int | None,
+    dtype: str,
+    tokenizer_hash: str = "",
 ) -> str:
-    """Cache key: target hash + data hash + layer ids + tokenisation/dtype settings + format version."""
-    return json_hash(
-        {
-            "v": FEATURE_FORMAT_VERSION,
-            "target": target_hash,
-            "data": data_hash,
-            "aux": list(aux_layer_ids),
-            "max_length": max_length,
-            "max_samples": max_samples,
-            "dtype": dtype,
-        }
-    )[:20]
+    """Cache key: target hash + data hash + layer ids + tokenisation/dtype settings + format version, and the
+    tokenizer's fingerprint (vocabulary and chat template, e.g. a pinned thinking switch) when given."""
+    fields: dict[str, Any] = {
+        "v": FEATURE_FORMAT_VERSION,
+        "target": target_hash,
+        "data": data_hash,
+        "aux": list(aux_layer_ids),
+        "max_length": max_length,
+        "max_samples": max_samples,
+        "dtype": dtype,
+    }
+    if tokenizer_hash:  # absent -> the key of runs that predate it
+        fields["tokenizer"] = tokenizer_hash
+    return json_hash(fields)[:20]
 
 
 @torch.inference_mode()
@@ -135,13 +143,15 @@ def generate_features(
     max_samples: int | None = None,
     dtype: str = "bfloat16",
     progress: bool = True,
+    tokenizer_hash: str = "",
 ) -> FeatureSet:
-    """Write (or reuse) the offline features for ``data_path`` under ``cache_root/<key>/``."""
+    """Write (or reuse) the offline features for ``data_path`` under ``cache_root/<key>/`` (``tokenizer_hash``:
+    :func:`hedgespec.models.tokenizer_fingerprint` of ``tokenizer``, part of the key when given)."""
     n_layers = int(model.config.num_hidden_layers)
     bad = [i for i in aux_layer_ids if not 0 <= i < n_layers]
     if len(aux_layer_ids) != 3 or bad:
         raise ValueError(f"aux_layer_ids={list(aux_layer_ids)}: need 3 layer ids in [0, {n_layers}) for this target")
-    key = feature_key(target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype)
+    key = feature_key(target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype, tokenizer_hash)
     out = Path(cache_root) / key
     manifest_path = out / MANIFEST
     if manifest_path.is_file():

@@ -310,7 +310,8 @@ def resolve_data(cfg: Mapping[str, Any], domain: str, loaded: tuple[Any, Any] | 
     ``scripts/prepare_data.py`` with a ``manifest.json`` beside it).  A missing *offline* build is made on the
     fly with ``data_recipes.build.prepare_domain`` (a few seconds); a missing ``hf`` build is an error.
     ``data.regenerated=true`` (the embedded budget's default) trains on the target-regenerated answers
-    ``<domain dir>/regen/train.<target>.jsonl``; with ``loaded=(model, tokenizer)`` the missing ones (up to the
+    ``<domain dir>/regen/train.<target>.jsonl`` (``.think`` / ``.nothink`` before ``.jsonl`` when the target's
+    chat-template thinking switch is set); with ``loaded=(model, tokenizer)`` the missing ones (up to the
     budget's ``regenerate.max_examples``) are generated here first, resumably (``data_recipes.regenerate``, the
     same function as ``scripts/prepare_data.py ... regenerate=true``).
     """
@@ -340,7 +341,8 @@ def _regenerated(
     target = cfg.get("target")
     tname = target.get("name") if isinstance(target, Mapping) else str(target)
     regen = dict((cfg.get("train") or {}).get("regenerate") or {})
-    out = domain_dir / "regen" / f"train.{tname}.jsonl"
+    stem = recipe_regen.output_stem(tname, resolve_target(target_config(cfg)).thinking)
+    out = domain_dir / "regen" / f"train.{stem}.jsonl"
     if loaded is not None and regen.get("max_examples"):
         path = domain_dir / "train.jsonl"
         if not path.is_file():
@@ -356,7 +358,7 @@ def _regenerated(
         )
         out = recipe_regen.regenerate(
             domain_dir,
-            target=tname,
+            target=_plain(target_config(cfg)),  # with its thinking switch (the answers' file name carries it)
             target_name=tname,
             generator=gen,
             backend=backend,
@@ -551,16 +553,17 @@ def stage_data(run: TrainRun) -> None:
         )
     run.draft_vocab = min(int((run.train.get("draft") or {}).get("vocab_size") or vocab_size), vocab_size)
     init = run.init_source
-    run.key = json_hash(
-        {
-            "target": run.target_info.hash,
-            "data": run.data_hash,
-            "aux": run.aux,
-            "draft_vocab": run.draft_vocab,
-            "train": {k: v for k, v in run.train.items() if k not in ("plan_only", "overwrite")},
-            "init_source": file_hash(init / "model.safetensors") if init is not None else None,
-        }
-    )[:20]
+    key: dict[str, Any] = {
+        "target": run.target_info.hash,
+        "data": run.data_hash,
+        "aux": run.aux,
+        "draft_vocab": run.draft_vocab,
+        "train": {k: v for k, v in run.train.items() if k not in ("plan_only", "overwrite")},
+        "init_source": file_hash(init / "model.safetensors") if init is not None else None,
+    }
+    if run.target.thinking is not None:  # the same data rendered with the other thinking setting is another run
+        key["thinking"] = run.target.thinking
+    run.key = json_hash(key)[:20]
     _claim_run_dir(run)
 
 
@@ -632,6 +635,7 @@ def stage_features(run: TrainRun) -> None:
         "max_samples": feats_cfg.get("max_samples"),
         "dtype": str(feats_cfg.get("dtype", "bfloat16")),
         "progress": run.progress,
+        "tokenizer_hash": hedgespec.models.tokenizer_fingerprint(run.tokenizer),  # chat template (thinking) too
     }
     root = _cache_root(run.cfg) / "features"
     with _timed(run, "features"):
@@ -645,6 +649,7 @@ def stage_features(run: TrainRun) -> None:
                 compute_dtype=str(run.model.dtype).removeprefix("torch."),
                 offload=str(ds.get("offload", "cpu")),
                 nvme_path=ds.get("nvme_path"),
+                thinking=run.target.thinking,
                 **common,
             )
         else:
