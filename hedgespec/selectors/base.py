@@ -54,7 +54,12 @@ def check_request_args(n_drafters: int, k: int) -> None:
 
 
 class BaseSelector(ABC):
-    """Shared bookkeeping: pool size, depth, request context, round counter."""
+    """Shared bookkeeping: pool size, depth, request context, round counter, and the ``evaluate`` option.
+
+    ``evaluate`` is for selectors that read no other drafter's γ (fixed, oracle, router, bandits): ``False`` runs
+    them at their deployed cost, since :meth:`decide` then lets the runner skip the pool evaluation; ``True``
+    keeps every drafter's γ so a bench can report the run's ETAP regret. HedgeSpec decides per round itself.
+    """
 
     name: str = "base"
     full_information: bool = False
@@ -62,11 +67,16 @@ class BaseSelector(ABC):
     #: drafter in hindsight; every other selector gets the context without it, whatever the runner passes
     uses_hindsight: bool = False
 
-    def __init__(self) -> None:
+    def __init__(self, evaluate: bool = True) -> None:
         self.n = 0
         self.k = 0
         self.ctx = RequestContext()
         self.rounds = 0
+        self.evaluate = check_evaluate(type(self).__name__, evaluate)
+
+    def decide(self, drafter: int, weights: tuple[float, ...] | None = None) -> Decision:
+        """The round's decision, carrying this selector's ``evaluate`` option."""
+        return Decision(drafter, weights, evaluate=self.evaluate)
 
     def begin_request(self, n_drafters: int, k: int, ctx: RequestContext | None = None) -> None:
         check_request_args(n_drafters, k)
@@ -99,16 +109,9 @@ class BaseSelector(ABC):
 class BanditSelector(BaseSelector):
     """Base for bandit-feedback baselines: subclasses implement ``_observe_bandit`` only."""
 
+    #: a bandit reads only the chosen drafter's outcome, so ``evaluate=False`` is its deployed cost (the runner
+    #: still extends the chosen head, so its γ reaches MetaSD)
     full_information = False
-
-    def __init__(self, evaluate: bool = True) -> None:
-        super().__init__()
-        self.evaluate = check_evaluate(type(self).__name__, evaluate)
-
-    def decide(self, drafter: int, weights: tuple[float, ...] | None = None) -> Decision:
-        """The round's decision; ``evaluate=False`` lets the runner skip the pool evaluation, since a bandit reads
-        only the chosen drafter's outcome (the runner still extends the chosen head, so its γ reaches MetaSD)."""
-        return Decision(drafter, weights, evaluate=self.evaluate)
 
     def observe(self, feedback: RoundFeedback) -> None:  # final: strips γ before the policy sees it
         self.rounds += 1

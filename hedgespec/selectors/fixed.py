@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hedgespec.selectors.base import BaseSelector, check_evaluate
+from hedgespec.selectors.base import BaseSelector
 from hedgespec.types import Decision
 
 
@@ -19,18 +19,17 @@ class Fixed(BaseSelector):
     name = "fixed"
 
     def __init__(self, index: int = 0, evaluate: bool = True) -> None:
-        super().__init__()
+        super().__init__(evaluate)
         if not isinstance(index, int) or index < 0:
             raise ValueError(f"Fixed: index must be an int >= 0, got {index!r}")
         self.index = index
-        self.evaluate = check_evaluate("Fixed", evaluate)
 
     def _reset(self) -> None:
         if self.index >= self.n:
             raise ValueError(f"Fixed: drafter index {self.index} is out of range for a pool of {self.n} drafters")
 
     def select(self) -> Decision:
-        return Decision(self.index, evaluate=self.evaluate)
+        return self.decide(self.index)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "index": self.index, "evaluate": self.evaluate}
@@ -47,8 +46,7 @@ class Oracle(BaseSelector):
     uses_hindsight = True
 
     def __init__(self, evaluate: bool = True) -> None:
-        super().__init__()
-        self.evaluate = check_evaluate("Oracle", evaluate)
+        super().__init__(evaluate)
 
     def _reset(self) -> None:
         best = self.ctx.best_drafter
@@ -62,4 +60,4 @@ class Oracle(BaseSelector):
         self.index = int(best)
 
     def select(self) -> Decision:
-        return Decision(self.index, evaluate=self.evaluate)
+        return self.decide(self.index)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from hedgespec.selectors.base import BaseSelector, check_evaluate
+from hedgespec.selectors.base import BaseSelector
 from hedgespec.types import Decision
 
 
@@ -51,8 +51,7 @@ class Router(BaseSelector):
         fallback: int = 0,
         evaluate: bool = True,
     ) -> None:
-        super().__init__()
-        self.evaluate = check_evaluate("Router", evaluate)
+        super().__init__(evaluate)
         if not drafter_of_domain:
             raise ValueError("Router: drafter_of_domain must map at least one domain to a drafter index")
         self.classifier, self.drafter_of_domain, self.fallback = classifier, dict(drafter_of_domain), fallback
@@ -68,7 +67,7 @@ class Router(BaseSelector):
         self.index = self.drafter_of_domain.get(self.predicted, self.fallback)
 
     def select(self) -> Decision:
-        return Decision(self.index, evaluate=self.evaluate)
+        return self.decide(self.index)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "predicted_domain": self.predicted}
