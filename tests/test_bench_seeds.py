@@ -92,3 +92,23 @@ def test_seed_summary_refuses_two_traces_of_one_seed(tmp_path):
         seed_summary([t, t])
     with pytest.raises(ValueError, match="meta.json"):
         seed_summary([tmp_path / "nowhere.jsonl"])
+
+
+def test_trace_meta_records_each_runs_seed_and_workload(tmp_path):
+    """The seed comes from the run itself, not from what its command line happened to spell out; a trace
+    written before the meta had run records is still read from its commands; two seeds in one trace are refused."""
+    t = tmp_path / "t.jsonl"
+    cfg = compose_bench([*WL, "selector=eagle", "seed=3", f"trace={t}", "plain_baseline=false"])
+    bench_main(cfg, tmp_path / "a", command="python scripts/bench.py (seed from a sweep config)", **inject())
+    meta_path = tmp_path / "t.jsonl.meta.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["runs"] == [{"seed": 3, "workload": "prompts"}]  # a prompts workload has no seeded draw to record
+    assert seed_summary([t])["seeds"] == [3]
+    legacy = {"pool": meta["pool"], "commands": ["python scripts/bench.py seed=3 workload=prompts"]}
+    meta_path.write_text(json.dumps(legacy))
+    assert seed_summary([t])["seeds"] == [3]
+    meta_path.write_text(json.dumps(meta))
+    cfg = compose_bench([*WL, "selector=eagle", "seed=4", f"trace={t}", "plain_baseline=false"])
+    bench_main(cfg, tmp_path / "b", command="python scripts/bench.py", **inject())
+    with pytest.raises(ValueError, match=r"different seed= values \['3', '4'\]"):
+        seed_summary([t])

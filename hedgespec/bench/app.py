@@ -18,7 +18,8 @@ from hedgespec.tracking import make_logger
 
 
 def note_trace(trace: str | Path, res: Mapping[str, Any]) -> Path:
-    """Record next to a trace file (``<trace>.meta.json``) which pool and commands appended to it (read by replay)."""
+    """Record next to a trace file (``<trace>.meta.json``) which pool, commands and runs (seed, workload and its
+    draw) appended to it (read by replay and by ``report.py seeds``)."""
     meta_path = Path(str(trace) + ".meta.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"pool": res["pool"]["name"], "commands": []}
     if meta.get("pool") != res["pool"]["name"]:
@@ -26,6 +27,10 @@ def note_trace(trace: str | Path, res: Mapping[str, Any]) -> Path:
             f"trace {trace} already holds requests of pool {meta.get('pool')!r}, not {res['pool']['name']!r}"
         )
     meta["commands"].append(portable_paths(res["command"]))
+    wl = dict((res.get("config") or {}).get("workload") or {})
+    run = {"seed": res.get("seed"), "workload": res.get("workload")}
+    run.update({k: wl[k] for k in ("draw", "n_per_domain") if k in wl})
+    meta.setdefault("runs", []).append(run)
     return write_json_atomic(meta, meta_path)
 
 

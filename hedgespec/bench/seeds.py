@@ -30,12 +30,17 @@ RATIO_BASES = ("oracle", "eagle", "ucbspec", "exp3spec", "metasd")
 
 
 def _trace_option(trace: str | Path, key: str, default: str) -> str:
-    """The value of ``key=`` in the bench commands that recorded a trace (``<trace>.meta.json``), one per file."""
+    """The ``key`` (seed, workload) of the runs that recorded a trace (``<trace>.meta.json``), one value per file:
+    from the meta's ``runs`` records, or, for traces that predate them, from ``key=`` in the recorded commands."""
     meta = Path(str(trace) + ".meta.json")
     if not meta.is_file():
         raise ValueError(f"{trace}: no {meta.name} next to it (it is written by scripts/bench.py ... trace=<path>)")
-    cmds = json.loads(meta.read_text()).get("commands") or []
-    vals = {w.split("=", 1)[1] for c in cmds for w in str(c).split() if w.startswith(f"{key}=")}
+    m = json.loads(meta.read_text())
+    if m.get("runs"):
+        vals = {str(r.get(key, default)) for r in m["runs"]}
+    else:
+        cmds = m.get("commands") or []
+        vals = {w.split("=", 1)[1] for c in cmds for w in str(c).split() if w.startswith(f"{key}=")}
     if len(vals) > 1:
         raise ValueError(f"{trace}: recorded by runs with different {key}= values {sorted(vals)}; one per file")
     return vals.pop() if vals else default
