@@ -289,3 +289,25 @@ def test_num_layers_checked_against_the_loaded_target(tmp_path: Path) -> None:
     cfg = compose_train(tmp_path, *tiny_overrides("+target.num_layers=7"))
     with pytest.raises(ValueError, match=r"has \d+ layers but its config says num_layers=7"):
         train_drafter(cfg)
+
+
+def test_gpu_count_checked_before_any_work(
+    tmp_path: Path, no_target_loading: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    cfg = compose_train(tmp_path, "target=llama8b", "train=paper", "domain=math", "train.gpus=8")
+    with pytest.raises(
+        ValueError, match=r"train.gpus=8 but 2 CUDA device\(s\) are visible \(CUDA_VISIBLE_DEVICES=0,1\)"
+    ):
+        train_drafter(cfg)
+    for bad, msg in (("0", r"train.gpus=0 must be an int >= 1"), ("two", r"train.gpus='two' must be an int")):
+        with pytest.raises(ValueError, match=msg):
+            train_drafter(compose_train(tmp_path, "target=llama8b", "train=paper", "domain=math", f"train.gpus={bad}"))
+    with pytest.raises(ValueError, match=r"train.gpus=2 needs train.device=cuda"):
+        train_drafter(compose_train(tmp_path, *tiny_overrides("+train.gpus=2")))
+    plan = compose_train(
+        tmp_path, "target=llama8b", "train=paper", "domain=math", "train.gpus=8", "train.plan_only=true"
+    )
+    assert train_drafter(plan).specforge_config["deployment"]["trainer"]["nproc_per_node"] == 8  # plans need no GPUs
+    assert not any(tmp_path.iterdir())

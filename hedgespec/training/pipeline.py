@@ -472,6 +472,7 @@ def setup(cfg: Any) -> TrainRun:
     export_dir = pools_dir / pool / drafter
     block = train.get("specforge") or {}
     tracking = tracking_block(cfg.get("logger"), run_dir, f"{pool}-{drafter}")
+    check_gpus(train)  # before SpecForge's validation, which would name its own nproc_per_node instead
     validate_early(block, tracking)
     device = str(train.get("device", "cpu"))
     if device == "cpu":
@@ -483,6 +484,31 @@ def setup(cfg: Any) -> TrainRun:
     return TrainRun(
         cfg, domain, tspec, pool, drafter, run_dir, export_dir, pools_dir, device, tracking, init_source, t_start
     )
+
+
+def check_gpus(train: Mapping[str, Any]) -> None:
+    """``train.gpus`` is a count SpecForge's torchrun can use: an int >= 1, more than one only on CUDA, and no
+    more than the visible CUDA devices (a plan, which loads nothing, may be made on a machine without them)."""
+    gpus, device = train.get("gpus", 1), str(train.get("device", "cpu"))
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"train.gpus={gpus!r} must be an int >= 1")
+    if not device.startswith("cuda"):
+        if gpus > 1:
+            raise ValueError(f"train.gpus={gpus} needs train.device=cuda (a {device} run is one process)")
+        return
+    if train.get("plan_only"):
+        return
+    import torch  # lazily, as the rest of training
+
+    visible = torch.cuda.device_count()
+    if gpus > visible:
+        shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise ValueError(
+            f"train.gpus={gpus} but {visible} CUDA device(s) are visible"
+            + (f" (CUDA_VISIBLE_DEVICES={shown})" if shown is not None else "")
+            + f"; set train.gpus<={visible}"
+            + (" or run where the GPUs are" if visible == 0 else "")
+        )
 
 
 def plan_only(run: TrainRun) -> TrainResult:
