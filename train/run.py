@@ -5,6 +5,7 @@ Usage (see conf/train.yaml and docs/training.md):
     python train/run.py -m domain=python,math,biology,chemistry,medqa,cnndm,sql,general   # the whole pool
     python train/run.py domain=sql target=tiny train=tiny data.path=tests/fixtures/training/conversations.jsonl
     python train/run.py domain=sql target=llama8b train=paper train.gpus=8  # GPU; SpecForge runs torchrun
+    python train/run.py -m hydra/launcher=slurm domain=python,math target=llama8b train=paper train.gpus=8  # SLURM
 Rerunning the same command resumes from the last checkpoint and skips finished stages.
 The pool a drafter is registered in is `train.pool=<name>`; a bare `pool=` (the serve/bench config group,
 conf/pool/) is refused before Hydra composes anything, with that fix.
@@ -12,6 +13,7 @@ conf/pool/) is refused before Hydra composes anything, with that fix.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 
@@ -31,6 +33,20 @@ def pool_override_error(argv: list[str]) -> str | None:
                 f"{arg}: training takes the pool as train.pool={value} (pool= selects a serve/bench pool config, "
                 f"conf/pool/); rerun with train.pool={value}"
             )
+    return None
+
+
+def launcher_plugin_error(argv: list[str]) -> str | None:
+    """The install command for ``hydra/launcher=slurm`` (or a ``submitit_*`` launcher) when Hydra's submitit
+    plugin is missing, which Hydra would report only as a config it cannot find; ``None`` otherwise."""
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if eq and key.lstrip("+") == "hydra/launcher" and value in ("slurm", "submitit_slurm", "submitit_local"):
+            if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+                return (
+                    f"{arg} needs Hydra's submitit launcher, which is not installed: "
+                    "bash scripts/install.d/30-train.sh (or pip install hydra-submitit-launcher)"
+                )
     return None
 
 
@@ -59,7 +75,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    if (error := pool_override_error(sys.argv[1:])) is not None:
+    if (error := pool_override_error(sys.argv[1:]) or launcher_plugin_error(sys.argv[1:])) is not None:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2)
     main()

@@ -13,6 +13,8 @@
 # * deepspeed==0.19.8 (sdist, pure Python: DS_BUILD_OPS=0, no op is compiled at install) for the opt-in
 #   ZeRO-Inference feature capture (hedgespec/training/capture_deepspeed.py); it adds hjson, msgpack, ninja and
 #   py-cpuinfo (pinned in requirements/constraints.txt) and leaves torch as it is.
+# * hydra-submitit-launcher==1.2.0 (with submitit, cloudpickle): Hydra's launcher that submits a training
+#   multirun to SLURM, one job per domain (conf/hydra/launcher/slurm.yaml); pure Python.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -41,5 +43,7 @@ if python -c "import importlib.metadata as m, sys; sys.exit(m.version('deepspeed
 else
   DS_BUILD_OPS=0 python -m pip install -q -c requirements/constraints.txt "deepspeed==0.19.8"
 fi
+python -c "import hydra_plugins.hydra_submitit_launcher, submitit" 2>/dev/null \
+  || python -m pip install -q -c requirements/constraints.txt "hydra-submitit-launcher==1.2.0"
 python -c "import specforge.config, specforge.cli" || { echo "30-train.sh: specforge does not import" >&2; exit 1; }
 echo "   specforge $(python -c 'import importlib.metadata as m; print(m.version("specforge"))') ready (CPU: no triton, see hedgespec/training/cpu.py)"
