@@ -30,6 +30,8 @@ def target_fingerprint(model: Any) -> str:
 
     Two models have the same fingerprint iff they hold the same tensors under the same names with the same
     dtypes, so a bfloat16 copy of a float32 target has a different fingerprint (as it should: its logits differ).
+    A ``kind: hf`` target loaded by :func:`hedgespec.models.load_target` already carries the fingerprint of its
+    checkpoint files and load dtypes (:mod:`hedgespec.models.checkpoint_hash`), which reads no weights.
     """
     cached = getattr(model, "_hedgespec_fingerprint", None)
     if cached is not None:

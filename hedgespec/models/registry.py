@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from .chat import pin_thinking
+from .checkpoint_hash import checkpoint_fingerprint
 from .smollm2 import convert_smollm2, load_smollm2
 from .spec import TargetSpec, resolve_target
 
@@ -65,7 +66,27 @@ def _load_hf(spec: TargetSpec) -> tuple[Any, Any]:
         raise OSError(f"target {spec.name!r}: cannot load HF model {spec.hf_id!r}{hint}: {e}") from e
     model = model.to(spec.device)
     model.eval()
+    _fingerprint_from_files(model, spec, kw)
     return model, tok
+
+
+def _fingerprint_from_files(model: Any, spec: TargetSpec, kw: dict[str, Any]) -> None:
+    """Set the model's fingerprint from its checkpoint files (:mod:`hedgespec.models.checkpoint_hash`), so a
+    large target is never hashed tensor by tensor; left to ``target_fingerprint``'s tensor hash when the files
+    cannot be found (e.g. weights that are not safetensors)."""
+    from huggingface_hub import snapshot_download
+
+    if os.path.isdir(str(spec.hf_id)):
+        model_dir = str(spec.hf_id)
+    else:
+        try:  # the snapshot from_pretrained just used (in the local cache, never downloaded here)
+            model_dir = snapshot_download(str(spec.hf_id), revision=spec.revision, local_files_only=True)
+        except Exception:  # noqa: BLE001 - any "not cached" error: fall back to the tensor hash
+            return
+    dtypes = {str(t.dtype).removeprefix("torch.") for t in model.state_dict().values()}
+    fp = checkpoint_fingerprint(model_dir, dtypes)
+    if fp is not None:
+        object.__setattr__(model, "_hedgespec_fingerprint", fp)
 
 
 def load_tokenizer(name_or_cfg: str | TargetSpec | dict[str, Any] | Any) -> Any:
