@@ -17,12 +17,14 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from hedgespec.io import atomic_dir
 
+from . import hf as hfsrc
 from .common import (
     DOMAINS,
     EVAL_ONLY_DOMAINS,
@@ -129,6 +131,8 @@ def prepare_domain(
     with atomic_dir(out) as tmp:
         files = _write_files(tmp, train, evals, variant, seed)
         manifest = _manifest(domain, source, recipe, split, train, evals, files, seed, build_s)
+        if source == "hf" and any(hfsrc.options().values()):  # where the rows came from, when not the hub's head
+            manifest["hf"] = hfsrc.options()
         if tokenizer is not None:
             manifest["tokens"] = {
                 "tokenizer": tokenizer_name or type(tokenizer).__name__,
@@ -219,20 +223,36 @@ def prepare(
     tokenizer: Any = None,
     tokenizer_name: str | None = None,
     log: Any = print,
+    hf: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """Build ``domain`` (a name, a list of names, or ``"all"`` for the ten recipes). Returns ``{domain: dir}``."""
+    """Build ``domain`` (a name, a list of names, or ``"all"`` for the ten recipes). Returns ``{domain: dir}``.
+
+    ``hf`` (``source=hf``): ``{"revisions": {dataset id: revision}, "paths": {dataset id: local dir}}``
+    (:func:`data_recipes.hf.using`), recorded in each manifest."""
     names = list(DOMAINS) if domain == "all" else ([domain] if isinstance(domain, str) else list(domain))
     for d in names:
         get_recipe(d)  # validate every name before building anything
+    hf = dict(hf or {})
+    unknown = sorted(set(hf) - {"revisions", "paths"})
+    if unknown:
+        raise DataRecipeError(f"hf has unknown keys {unknown}; expected revisions and paths")
     out: dict[str, Path] = {}
-    for d in names:
-        t = time.perf_counter()
-        out[d] = prepare_domain(d, source, n_train, n_eval, seed, data_dir, variant, tokenizer, tokenizer_name)
-        m = json.loads((out[d] / "manifest.json").read_text(encoding="utf-8"))
-        tok = f", {m['tokens']['train']['total_tokens']} train tokens" if "tokens" in m else ""
-        if log:
-            log(
-                f"[prepare_data] {d:9s} {source}: {m['n_train']} train / {m['n_eval']} eval in "
-                f"{time.perf_counter() - t:.1f}s{tok} -> {out[d]}"
-            )
+    with hfsrc.using(hf.get("revisions"), hf.get("paths")):
+        for d in names:
+            args = (n_train, n_eval, seed, data_dir, variant, tokenizer, tokenizer_name)
+            out[d] = _prepare_logged(d, source, *args, log=log)
+    return out
+
+
+def _prepare_logged(d: str, source: str, *args: Any, log: Any) -> Path:
+    """:func:`prepare_domain` with its one-line summary (``args`` are its arguments after ``source``)."""
+    t = time.perf_counter()
+    out = prepare_domain(d, source, *args)
+    m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    tok = f", {m['tokens']['train']['total_tokens']} train tokens" if "tokens" in m else ""
+    if log:
+        log(
+            f"[prepare_data] {d:9s} {source}: {m['n_train']} train / {m['n_eval']} eval in "
+            f"{time.perf_counter() - t:.1f}s{tok} -> {out}"
+        )
     return out

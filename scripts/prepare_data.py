@@ -52,6 +52,7 @@ def run(cfg: DictConfig) -> dict[str, Path]:
         variant=cfg.variant,
         tokenizer=tokenizer,
         tokenizer_name=tokenizer_name,
+        hf=OmegaConf.to_container(cfg.hf, resolve=True) if cfg.get("hf") is not None else None,
     )
     if cfg.regenerate and cfg.regen.get("threads"):
         import torch  # lazy: only regeneration runs a model; preparing data stays torch-free

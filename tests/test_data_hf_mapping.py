@@ -82,3 +82,70 @@ def test_hf_recipes_map_fields_to_conversations(fake_hub, tmp_path, domain) -> N
     for r in recs:
         validate_record(r)
     assert len(recs) == (7 if man["eval_only"] else 28)
+
+
+# ------------------------------------------------------------------ local copies and pinned revisions
+FIXTURES = {
+    "sql": ("b-mc2/sql-create-context", "tests/fixtures/hf/sql-create-context"),
+    "math": ("openai/gsm8k", "tests/fixtures/hf/gsm8k"),
+}
+
+
+@pytest.mark.parametrize("domain", sorted(FIXTURES))
+def test_local_copy_is_loaded_with_datasets_without_the_hub(tmp_path, monkeypatch, domain) -> None:
+    """A local copy in the dataset's own format goes through ``datasets`` (real files, no fake), with no hub
+    request, and the manifest says where the rows came from."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub request would fail
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "ds_cache"))
+    ident, path = FIXTURES[domain]
+    out = prepare(domain, source="hf", n_train=8, n_eval=2, data_dir=tmp_path, log=None, hf={"paths": {ident: path}})
+    rows = read_jsonl(out[domain] / "train.jsonl")
+    assert len(rows) == 8
+    for r in rows:
+        validate_record(r)
+    src = [json.loads(line) for line in open(f"{path}/train.jsonl")]
+    answers = {s["answer"] for s in src}
+    got = {r["conversations"][-1]["content"].removeprefix("```sql\n").removesuffix("\n```") for r in rows}
+    assert got <= answers  # every training answer is a row of the local copy
+    manifest = json.loads((out[domain] / "manifest.json").read_text())
+    assert manifest["hf"] == {"revisions": {}, "paths": {ident: path}}
+
+
+def test_pinned_revision_reaches_datasets(tmp_path, monkeypatch) -> None:
+    """The real ``hfsrc.load`` with ``datasets.load_dataset`` replaced: the pinned revision is what it is given."""
+    import sys
+    import types
+
+    seen = []
+
+    def load_dataset(ident, config=None, split=None, **kw):
+        seen.append((ident, config, split, kw.get("revision")))
+        return FakeDS(FAKE_ROWS[ident](i) for i in range(400))
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    monkeypatch.setattr(hfsrc, "check_reachable", lambda domain, ident: None)
+    rev = {"revisions": {"b-mc2/sql-create-context": "v1.0"}}
+    out = prepare("sql", source="hf", n_train=4, n_eval=2, data_dir=tmp_path, log=None, hf=rev)
+    assert seen == [("b-mc2/sql-create-context", None, "train", "v1.0")]
+    assert json.loads((out["sql"] / "manifest.json").read_text())["hf"] == {**rev, "paths": {}}
+    seen.clear()
+    prepare("sql", source="hf", n_train=4, n_eval=2, data_dir=tmp_path, log=None)
+    assert seen == [("b-mc2/sql-create-context", None, "train", None)]  # unpinned: the hub's head
+
+
+@pytest.mark.parametrize(
+    ("hf", "match"),
+    [
+        (
+            {"paths": {"b-mc2/sql-create-context": "no/such/dir"}},
+            r"hf.paths\['b-mc2/sql-create-context'\]='no/such/dir'",
+        ),
+        ({"paths": {"x/y": "tests/fixtures/hf/gsm8k"}, "revisions": {"x/y": "main"}}, r"both a revision and a local"),
+        ({"path": {}}, r"hf has unknown keys \['path'\]"),
+    ],
+)
+def test_bad_hub_options_are_named_and_nothing_is_written(tmp_path, hf, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        prepare("sql", source="hf", n_train=4, n_eval=2, data_dir=tmp_path, log=None, hf=hf)
+    assert not any(tmp_path.iterdir())
+    assert hfsrc.options() == {"revisions": {}, "paths": {}}  # nothing leaks out of a failed build
