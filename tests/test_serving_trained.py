@@ -8,17 +8,14 @@ run of ~30 s and one server start of ~30-60 s on 2 cores).
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
-import urllib.request
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from _serve_helpers import hf_greedy
+from _serve_helpers import free_port, generate_ids, hf_greedy
 from _train_helpers import REPO, specforge_or_skip, tiny_overrides, tmp_overrides
 
 from hedgespec.serving import sglang_available
@@ -58,28 +55,13 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
     return manifest, target
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _generate(base_url: str, ids: list[int]) -> dict:
-    body = {"input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": NEW_TOKENS, "ignore_eos": True}}
-    req = urllib.request.Request(
-        base_url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.load(r)
-
-
 def test_trained_pool_serves_with_reconciled_dtype_and_is_lossless(trained, tmp_path):
     manifest, target = trained
     cfg = {
         "pool": {"name": "tiny", "target": "tiny", "manifest": str(manifest), "target_path": str(target)},
         "selector": {"name": "hedgespec"},
         "device": "cpu",
-        "port": _port(),
+        "port": free_port(),
         "decoding": {"mode": "chain", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
         "max_total_tokens": 4096,
         "dtype": None,  # the launcher picks the drafters' dtype for both
@@ -89,7 +71,7 @@ def test_trained_pool_serves_with_reconciled_dtype_and_is_lossless(trained, tmp_
     reference = hf_greedy(target, PROMPTS, NEW_TOKENS)
     with ServerProcess(plan, tmp_path / "server.log", startup_timeout_s=400) as srv:
         for ids in PROMPTS:
-            out = _generate(srv.plan.base_url, ids)
+            out = generate_ids(srv.plan.base_url, ids, NEW_TOKENS)
             meta = out["meta_info"]
             assert out["output_ids"] == reference[tuple(ids)], ids
             assert sum(meta["hedgespec_histogram"]) == meta["hedgespec_rounds"][0] == meta["spec_verify_ct"]
