@@ -311,3 +311,26 @@ def test_gpu_count_checked_before_any_work(
     )
     assert train_drafter(plan).specforge_config["deployment"]["trainer"]["nproc_per_node"] == 8  # plans need no GPUs
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("target", ["llama8b", "qwen8b", "qwen32b"])
+def test_paper_budget_trains_on_regenerated_hf_data(
+    tmp_path: Path, target: str, no_target_loading: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """train=paper chooses the Hugging Face recipes and the target's regenerated answers; missing answers are
+    named with the command that makes them, before the target is loaded."""
+    import re
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    cfg = compose_train(tmp_path, f"target={target}", "train=paper", "domain=sql")
+    assert cfg.source == "hf" and cfg.data.regenerated is True and cfg.train.regenerate.max_examples == 0
+    assert cfg.pool == target
+    stem = target if target == "llama8b" else f"{target}.nothink"  # Qwen3: thinking off
+    cmd = f"python scripts/prepare_data.py domain=sql source=hf regenerate=true target={target}"
+    with pytest.raises(
+        FileNotFoundError, match=rf"hf/sql/regen/train\.{re.escape(stem)}\.jsonl does not exist: run `{cmd}`"
+    ):
+        train_drafter(cfg)
+    assert not any(tmp_path.iterdir())
+    for budget in ("tiny", "embedded"):
+        assert compose_train(tmp_path, f"train={budget}").source == "offline"

@@ -341,8 +341,7 @@ def _regenerated(
     target = cfg.get("target")
     tname = target.get("name") if isinstance(target, Mapping) else str(target)
     regen = dict((cfg.get("train") or {}).get("regenerate") or {})
-    stem = recipe_regen.output_stem(tname, resolve_target(target_config(cfg)).thinking)
-    out = domain_dir / "regen" / f"train.{stem}.jsonl"
+    out = regenerated_path(cfg, domain_dir)
     if loaded is not None and regen.get("max_examples"):
         path = domain_dir / "train.jsonl"
         if not path.is_file():
@@ -371,11 +370,37 @@ def _regenerated(
             progress=bool(cfg.get("progress", True)),
         )
     if not out.is_file():
-        raise FileNotFoundError(
-            f"{out} does not exist: run `python scripts/prepare_data.py domain={domain} "
-            f"source={source} regenerate=true target={tname}` first"
-        )
+        raise FileNotFoundError(_missing_answers(out, domain, source, tname))
     return out
+
+
+def regenerated_path(cfg: Mapping[str, Any], domain_dir: Path) -> Path:
+    """``<domain dir>/regen/train.<target>[.think|.nothink].jsonl``: the answers ``data.regenerated`` trains on."""
+    target = cfg.get("target")
+    tname = target.get("name") if isinstance(target, Mapping) else str(target)
+    stem = recipe_regen.output_stem(tname, resolve_target(target_config(cfg)).thinking)
+    return domain_dir / "regen" / f"train.{stem}.jsonl"
+
+
+def _missing_answers(out: Path, domain: str, source: str, tname: str) -> str:
+    return (
+        f"{out} does not exist: run `python scripts/prepare_data.py domain={domain} "
+        f"source={source} regenerate=true target={tname}` first (docs/training.md, the paper-scale path step 2)"
+    )
+
+
+def check_answers_exist(cfg: Mapping[str, Any], domain: str) -> None:
+    """A budget that only reads regenerated answers (``regenerate.max_examples: 0``, e.g. ``train=paper``) fails
+    before the target is loaded when they are missing."""
+    data, regen = cfg.get("data") or {}, (cfg.get("train") or {}).get("regenerate") or {}
+    if data.get("path") or not data.get("regenerated") or regen.get("max_examples"):
+        return
+    source = str(cfg.get("source", "offline"))
+    out = regenerated_path(cfg, Path(str(cfg.get("data_dir", "data"))).expanduser() / source / domain)
+    if not out.is_file():
+        target = cfg.get("target")
+        tname = target.get("name") if isinstance(target, Mapping) else str(target)
+        raise FileNotFoundError(_missing_answers(out, domain, source, tname))
 
 
 def _regen_server_options(regen: Mapping[str, Any], domain_dir: Path) -> dict[str, Any]:
@@ -478,6 +503,8 @@ def setup(cfg: Any) -> TrainRun:
     if device == "cpu":
         check_cpu_config(block)
     check_features_backend(train.get("features"))  # before anything is loaded: backend name, offload, install
+    if not train.get("plan_only"):
+        check_answers_exist(cfg, domain)
     _own_or_absent(run_dir, RUN_MARKER, "run directory")
     _own_or_absent(export_dir, EXPORT_MARKER, "export directory")
     init_source = _init_source(train, pools_dir, pool, drafter)
@@ -584,7 +611,8 @@ def stage_data(run: TrainRun) -> None:
         "data": run.data_hash,
         "aux": run.aux,
         "draft_vocab": run.draft_vocab,
-        "train": {k: v for k, v in run.train.items() if k not in ("plan_only", "overwrite")},
+        # the data source is in the data hash; plan_only/overwrite change what is done, not what is trained
+        "train": {k: v for k, v in run.train.items() if k not in ("plan_only", "overwrite", "source")},
         "init_source": file_hash(init / "model.safetensors") if init is not None else None,
     }
     if run.target.thinking is not None:  # the same data rendered with the other thinking setting is another run
