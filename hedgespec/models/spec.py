@@ -113,36 +113,20 @@ class TargetSpec:
         return cls(**kw)
 
 
+def _gpu_target(name: str, hf_id: str, num_layers: int, thinking: bool | None = None) -> TargetSpec:
+    """A paper target: a Hugging Face id in bfloat16 on CUDA (Qwen3 regenerates with thinking off)."""
+    return TargetSpec(
+        name=name, kind="hf", hf_id=hf_id, dtype="bfloat16", device="cuda", num_layers=num_layers, thinking=thinking
+    )
+
+
 # The registry of named targets; conf/target/<name>.yaml mirrors these (a test checks they agree).
 BUILTIN_TARGETS: dict[str, TargetSpec] = {
     "smollm2": TargetSpec(name="smollm2", kind="smollm2", hf_id="HuggingFaceTB/SmolLM2-135M-Instruct"),
     "tiny": TargetSpec(name="tiny", kind="tiny"),
-    "llama8b": TargetSpec(
-        name="llama8b",
-        kind="hf",
-        hf_id="meta-llama/Llama-3.1-8B-Instruct",
-        dtype="bfloat16",
-        device="cuda",
-        num_layers=32,
-    ),
-    "qwen8b": TargetSpec(
-        name="qwen8b",
-        kind="hf",
-        hf_id="Qwen/Qwen3-8B",
-        dtype="bfloat16",
-        device="cuda",
-        num_layers=36,
-        thinking=False,
-    ),
-    "qwen32b": TargetSpec(
-        name="qwen32b",
-        kind="hf",
-        hf_id="Qwen/Qwen3-32B",
-        dtype="bfloat16",
-        device="cuda",
-        num_layers=64,
-        thinking=False,
-    ),
+    "llama8b": _gpu_target("llama8b", "meta-llama/Llama-3.1-8B-Instruct", 32),
+    "qwen8b": _gpu_target("qwen8b", "Qwen/Qwen3-8B", 36, thinking=False),
+    "qwen32b": _gpu_target("qwen32b", "Qwen/Qwen3-32B", 64, thinking=False),
 }
 
 
