@@ -73,6 +73,16 @@ CASES = [
         r"domain=cnndm: budget train=tiny truncates every one of the 12 conversations.*"
         r"Raise it: train.features.max_length=\d+ train.specforge.data.max_length=\d+",
     ),
+    (
+        "train/run.py",
+        lambda t: ["target=llama8b", "train=paper", "domain=sql", "train.gpus=64", *tmp_overrides(t)],
+        r"train.gpus=64 but \d+ CUDA device\(s\) are visible",
+    ),
+    (
+        "train/run.py",
+        lambda t: _train(t, "domain=sql", "target.thinking=true"),
+        r"target 'tiny': thinking=true but its chat template has no 'enable_thinking' switch",
+    ),
     ("serve/launch.py", lambda t: _serve(t, "pool=nosuch"), r"Could not find 'pool/nosuch'"),
     ("serve/launch.py", lambda t: _serve(t, "selector=nosuch"), r"Could not find 'selector/nosuch'"),
     ("serve/launch.py", lambda t: _serve(t, "device=tpu"), r"device='tpu': expected one of \('cuda', 'cpu'\)"),
@@ -130,6 +140,11 @@ CASES = [
         "scripts/prepare_data.py",
         lambda t: ["domain=sql", "count_tokens=foo", f"data_dir={t}"],
         r"count_tokens='foo' is unknown; expected null or target",
+    ),
+    (
+        "scripts/prepare_data.py",
+        lambda t: ["domain=sql", "source=hf", "hf.paths={b-mc2/sql-create-context: /no/such}", f"data_dir={t}"],
+        r"hf.paths\['b-mc2/sql-create-context'\]='/no/such' is not a directory",
     ),
     ("scripts/generate.py", lambda t: ["target=tiny", "pool=nosuch"], r"Could not find 'pool/nosuch'"),
     ("scripts/generate.py", lambda t: ["selector=nosuch"], r"Could not find 'selector/nosuch'"),

@@ -533,8 +533,7 @@ def check_gpus(train: Mapping[str, Any]) -> None:
         raise ValueError(
             f"train.gpus={gpus} but {visible} CUDA device(s) are visible"
             + (f" (CUDA_VISIBLE_DEVICES={shown})" if shown is not None else "")
-            + f"; set train.gpus<={visible}"
-            + (" or run where the GPUs are" if visible == 0 else "")
+            + (f"; set train.gpus<={visible}" if visible else "; run it on a machine with CUDA GPUs")
         )
 
 
