@@ -26,6 +26,7 @@ from hedgespec.io import atomic_dir
 
 from . import hf as hfsrc
 from .common import (
+    ALL_ROWS,
     DOMAINS,
     EVAL_ONLY_DOMAINS,
     SOURCES,
@@ -46,7 +47,12 @@ DEFAULT_N_EVAL_OTHER = 50
 MANIFEST_VERSION = 1
 
 
-def default_sizes(domain: str, n_train: int | None, n_eval: int | None) -> tuple[int, int]:
+def default_sizes(domain: str, n_train: int | str | None, n_eval: int | None) -> tuple[int, int]:
+    """``(n_train, n_eval)`` with the defaults filled in; ``n_train="all"`` is :data:`ALL_ROWS`."""
+    if n_train == "all":
+        return (0 if domain in EVAL_ONLY_DOMAINS else ALL_ROWS), default_sizes(domain, None, n_eval)[1]
+    if isinstance(n_train, str) and not n_train.lstrip("-").isdigit():
+        raise DataRecipeError(f"n_train={n_train!r}: expected a count or all")
     nt = 0 if domain in EVAL_ONLY_DOMAINS else (DEFAULT_N_TRAIN if n_train is None else int(n_train))
     ne = DEFAULT_N_EVAL.get(domain, DEFAULT_N_EVAL_OTHER) if n_eval is None else int(n_eval)
     if nt < 0 or ne < 0:
@@ -65,6 +71,8 @@ def domain_dir(data_dir: str | os.PathLike[str], source: str, domain: str) -> Pa
 
 
 def _check(domain: str, split: Split, n_train: int, n_eval: int) -> None:
+    if n_train == ALL_ROWS:  # every row there is: at least one
+        n_train = max(1, len(split.train))
     if len(split.train) != n_train or len(split.eval) != n_eval:
         raise RuntimeError(
             f"recipe {domain} returned {len(split.train)}/{len(split.eval)} examples, expected {n_train}/{n_eval}"
@@ -115,6 +123,10 @@ def prepare_domain(
         raise DataRecipeError(f"variant={variant!r} is unknown; expected one of {', '.join(VARIANTS)} or null")
     recipe = get_recipe(domain)
     nt, ne = default_sizes(domain, n_train, n_eval)
+    if nt == ALL_ROWS and source != "hf":
+        raise DataRecipeError(
+            f"domain={domain}: n_train=all needs source=hf (the offline recipes generate as many rows as asked)"
+        )
     t0 = time.perf_counter()
     split = (recipe.build_offline if source == "offline" else recipe.build_hf)(nt, ne, int(seed))
     _check(domain, split, nt, ne)

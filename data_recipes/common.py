@@ -23,6 +23,8 @@ TRAIN_DOMAINS: tuple[str, ...] = ("python", "math", "biology", "chemistry", "med
 EVAL_ONLY_DOMAINS: tuple[str, ...] = ("gsm8k", "humaneval")
 DOMAINS: tuple[str, ...] = TRAIN_DOMAINS + ("general",) + EVAL_ONLY_DOMAINS
 SOURCES: tuple[str, ...] = ("offline", "hf")
+#: ``n_train=all`` (``source=hf``): every training row the dataset has after the held-out groups are removed
+ALL_ROWS = 1 << 60
 
 
 class DataRecipeError(ValueError):
@@ -145,6 +147,8 @@ def split_by_group(
         raise NotEnoughDataError(domain, "eval", n_eval, len(eval_set))
     eval_norm = {normalise_prompt(e.prompt) for e in eval_set}
     train_pool = [ex for ex in train_pool if normalise_prompt(ex.prompt) not in eval_norm]
+    if n_train == ALL_ROWS:
+        n_train = len(train_pool)
     if len(train_pool) < n_train:
         raise NotEnoughDataError(domain, "train", n_train, len(train_pool))
     rng_for(domain, seed, "split").shuffle(train_pool)

@@ -8,7 +8,7 @@ Its eval split is the union of the domains' eval splits, so it is disjoint from 
 
 from __future__ import annotations
 
-from .common import TRAIN_DOMAINS, Example, RecipeInfo, SourceInfo, Split, rng_for
+from .common import ALL_ROWS, TRAIN_DOMAINS, Example, RecipeInfo, SourceInfo, Split, rng_for
 from .registry import get_recipe
 
 INFO = RecipeInfo(
@@ -27,7 +27,8 @@ def _shares(n: int) -> list[int]:
 def _mix(source: str, n_train: int, n_eval: int, seed: int) -> Split:
     train: list[Example] = []
     evals: list[Example] = []
-    for dom, nt, ne in zip(TRAIN_DOMAINS, _shares(n_train), _shares(n_eval)):
+    shares = [ALL_ROWS] * len(TRAIN_DOMAINS) if n_train == ALL_ROWS else _shares(n_train)  # all: every domain's rows
+    for dom, nt, ne in zip(TRAIN_DOMAINS, shares, _shares(n_eval)):
         rec = get_recipe(dom)
         part = (rec.build_offline if source == "offline" else rec.build_hf)(nt, ne, seed)
         train += [

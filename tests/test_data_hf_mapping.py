@@ -149,3 +149,20 @@ def test_bad_hub_options_are_named_and_nothing_is_written(tmp_path, hf, match) -
         prepare("sql", source="hf", n_train=4, n_eval=2, data_dir=tmp_path, log=None, hf=hf)
     assert not any(tmp_path.iterdir())
     assert hfsrc.options() == {"revisions": {}, "paths": {}}  # nothing leaks out of a failed build
+
+
+def test_n_train_all_takes_every_training_row(fake_hub, tmp_path) -> None:
+    """``n_train=all``: every row outside the held-out groups (the fake hub has 400 per dataset); the generalist
+    then trains on the union of the experts' rows, with the same held-out groups."""
+    out = prepare(["sql", "general"], source="hf", n_train="all", n_eval=7, data_dir=tmp_path, log=None)
+    sql = read_jsonl(out["sql"] / "train.jsonl")
+    sql_eval = read_jsonl(out["sql"] / "eval.jsonl")
+    assert 300 < len(sql) < 400 and len(sql_eval) == 7  # ~10% of the groups are held out
+    assert json.loads((out["sql"] / "manifest.json").read_text())["n_train"] == len(sql)
+    general = read_jsonl(out["general"] / "train.jsonl")
+    sql_in_general = {r["conversations"][0]["content"] for r in general if r["id"].endswith("-sql")}
+    assert sql_in_general == {r["conversations"][0]["content"] for r in sql}
+    with pytest.raises(ValueError, match=r"n_train=all needs source=hf"):
+        prepare("sql", source="offline", n_train="all", data_dir=tmp_path / "off", log=None)
+    with pytest.raises(ValueError, match=r"n_train='most': expected a count or all"):
+        prepare("sql", source="hf", n_train="most", data_dir=tmp_path / "x", log=None)
