@@ -66,7 +66,7 @@ from hedgespec.training.features import (
     tokenize_conversation,
 )
 from hedgespec.training.hashing import file_hash, json_hash
-from hedgespec.training.progress import MetricTee, summarize
+from hedgespec.training.progress import MetricTee, capture_fd_stdout, summarize
 from hedgespec.training.vocab import VocabMapping, build_vocab_mapping
 from hedgespec.training.warmstart import SCRATCH, TARGET_HEAD, build_warm_start, target_head_and_norm
 
@@ -740,7 +740,13 @@ def stage_train(run: TrainRun) -> None:
         if run.latest is not None:  # SpecForge resumes from it: refuse a damaged one by name
             check_training_state(run.latest[0])
         _, run.metrics = _run_specforge_train(
-            run_yaml, run.run_dir, run.device, max_steps, run.latest[1] if run.latest else 0, run.progress
+            run_yaml,
+            run.run_dir,
+            run.device,
+            max_steps,
+            run.latest[1] if run.latest else 0,
+            run.progress,
+            int(run.train.get("gpus") or 1),
         )
         run.latest = latest_checkpoint(run.ckpt_root, run.run_id)
         if run.latest is None:
@@ -817,15 +823,17 @@ def _write_run_yaml(run: TrainRun) -> Path:
 
 
 def _run_specforge_train(
-    run_yaml: Path, run_dir: Path, device: str, max_steps: int | None, initial: int, progress: bool
+    run_yaml: Path, run_dir: Path, device: str, max_steps: int | None, initial: int, progress: bool, gpus: int = 1
 ) -> tuple[int | None, dict[str, Any]]:
     """``specforge train --config run.yaml`` in this process (CPU adaptations scoped to the call)."""
     dist_env = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
     preset = {k: os.environ[k] for k in dist_env if k in os.environ}
     tee = MetricTee(sys.stdout, run_dir / "metrics.jsonl", max_steps, initial, progress)
     runtime: Any = cpu_runtime() if device == "cpu" else contextlib.nullcontext()
+    # gpus > 1: SpecForge's torchrun workers print the metric lines on the inherited descriptor 1
+    children = capture_fd_stdout(tee) if gpus > 1 else contextlib.nullcontext()
     try:
-        with runtime, contextlib.redirect_stdout(tee):
+        with runtime, children, contextlib.redirect_stdout(tee):
             rc = specforge_cli_main(["train", "--config", str(run_yaml)])
     finally:
         tee.close()

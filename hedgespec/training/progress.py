@@ -3,16 +3,22 @@
 SpecForge prints one ``step N: {metric: value, ...}`` line per ``training.log_interval`` optimizer steps (its
 own tqdm bar only appears on an interactive terminal).  :class:`MetricTee` sits on ``sys.stdout`` during the
 in-process run: metric lines advance a tqdm bar and are appended to ``metrics.jsonl``; anything else passes
-through unchanged.
+through unchanged. With ``train.gpus > 1`` SpecForge starts ``torchrun`` and the metric lines come from its
+worker processes, which write to file descriptor 1 and never see ``sys.stdout``; :func:`capture_fd_stdout` then
+routes descriptor 1 through the same tee for the duration of the run.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import io
 import json
+import os
 import re
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,6 +32,7 @@ class MetricTee(io.TextIOBase):
 
     def __init__(self, out: TextIO, jsonl: Path, total: int | None, initial: int = 0, progress: bool = True):
         self._out = out
+        self._lock = threading.RLock()
         self._jsonl = open(jsonl, "a")
         self._buf = ""
         self.last: dict[str, Any] = {}
@@ -41,10 +48,11 @@ class MetricTee(io.TextIOBase):
         )
 
     def write(self, s: str) -> int:
-        self._buf += s
-        while "\n" in self._buf:
-            line, self._buf = self._buf.split("\n", 1)
-            self._line(line)
+        with self._lock:  # the main thread and capture_fd_stdout's reader may both write
+            self._buf += s
+            while "\n" in self._buf:
+                line, self._buf = self._buf.split("\n", 1)
+                self._line(line)
         return len(s)
 
     def _line(self, line: str) -> None:
@@ -75,6 +83,40 @@ class MetricTee(io.TextIOBase):
         self.bar.close()
         self._jsonl.close()
         super().close()
+
+
+@contextlib.contextmanager
+def capture_fd_stdout(tee: MetricTee) -> Iterator[None]:
+    """Route file descriptor 1 (what child processes such as torchrun's workers inherit) through ``tee``.
+
+    The tee must write its pass-through lines elsewhere than descriptor 1 (its ``out`` is re-pointed at a copy
+    of the original descriptor here), or they would come back through the pipe.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    read_fd, write_fd = os.pipe()
+    original_out = tee._out
+    tee._out = os.fdopen(os.dup(saved), "w", buffering=1, errors="replace")
+    os.dup2(write_fd, 1)
+    os.close(write_fd)
+
+    def pump() -> None:
+        with os.fdopen(read_fd, "r", errors="replace") as f:
+            for line in f:
+                tee.write(line)
+
+    reader = threading.Thread(target=pump, name="specforge-stdout", daemon=True)
+    reader.start()
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)  # closes the pipe's last write end held here: the reader sees EOF
+        os.close(saved)
+        reader.join(timeout=30)
+        tee._out.flush()
+        tee._out.close()
+        tee._out = original_out
 
 
 def summarize(metrics: dict[str, Any]) -> dict[str, float]:
