@@ -41,6 +41,8 @@ def test_budgets_compose_and_validate(tmp_path: Path, target: str, budget: str, 
         assert sf["training"]["attention_backend"] == "flex_attention"
         assert sf["training"]["ttt_length"] == 7
         assert res.pool == target  # what serve/launch.py pool=<target> reads (test_pool_names_train_to_serve)
+        # SpecForge's own template name for the target (Qwen3 regenerates with thinking off)
+        assert sf["data"]["chat_template"] == {"llama8b": "llama3"}.get(target, "qwen3-instruct")
         assert sf["model"]["target_model_path"].count("/") == 1  # the HF id
     else:
         assert sf["training"]["fsdp_sharding"] == "NO_SHARD"
@@ -334,3 +336,14 @@ def test_paper_budget_trains_on_regenerated_hf_data(
     assert not any(tmp_path.iterdir())
     for budget in ("tiny", "embedded"):
         assert compose_train(tmp_path, f"train={budget}").source == "offline"
+
+
+def test_specforge_template_follows_the_thinking_switch() -> None:
+    from hedgespec.models import BUILTIN_TARGETS, TargetSpec
+    from hedgespec.training.config import specforge_chat_template
+
+    qwen = BUILTIN_TARGETS["qwen8b"]
+    assert specforge_chat_template(qwen) == "qwen3-instruct"
+    assert specforge_chat_template(TargetSpec(**{**qwen.__dict__, "thinking": True})) == "qwen3-thinking"
+    assert specforge_chat_template(TargetSpec(**{**qwen.__dict__, "thinking": None})) == "qwen3-thinking"  # its default
+    assert specforge_chat_template(BUILTIN_TARGETS["tiny"]) is None  # SpecForge's default; offline it is unused

@@ -62,6 +62,21 @@ def check_budget_block(block: Mapping[str, Any]) -> None:
             raise ValueError(f"specforge.{where} is set by hedgespec for every run; remove it from the train budget")
 
 
+def specforge_chat_template(target: Any) -> str | None:
+    """SpecForge's registered chat template (``data.chat_template``) for a paper target, or None (its default).
+
+    Only SpecForge's own tokenisation reads it (online training, its feature-preparation script); hedgespec's
+    offline features are tokenised with the target's own template. Qwen3: ``qwen3-instruct`` with thinking off
+    (the empty think block is not trained, as in our loss masks), else ``qwen3-thinking``.
+    """
+    ident = str(getattr(target, "hf_id", "") or "").lower()
+    if "qwen3" in ident:
+        return "qwen3-instruct" if getattr(target, "thinking", None) is False else "qwen3-thinking"
+    if "llama-3" in ident:
+        return "llama3"
+    return None
+
+
 def compose_specforge(
     block: Mapping[str, Any],
     *,
@@ -74,10 +89,14 @@ def compose_specforge(
     run_id: str,
     resume_from: str | None = None,
     tracking: Mapping[str, Any] | None = None,
+    chat_template: str | None = None,
 ) -> dict[str, Any]:
-    """Merge the budget's ``specforge`` block with the per-run fields; returns a plain dict (not validated)."""
+    """Merge the budget's ``specforge`` block with the per-run fields; returns a plain dict (not validated).
+    ``chat_template`` (:func:`specforge_chat_template`) fills ``data.chat_template`` unless the block sets it."""
     check_budget_block(block)
     raw: dict[str, Any] = copy.deepcopy(dict(block))
+    if chat_template is not None:
+        raw.setdefault("data", {}).setdefault("chat_template", chat_template)
     model = raw.setdefault("model", {})
     model.update(
         target_model_path=target_model_path,

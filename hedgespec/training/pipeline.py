@@ -55,7 +55,13 @@ from hedgespec.models import TargetSpec, cache_dir, resolve_target
 from hedgespec.pools import DrafterEntry, TargetInfo, pool_path, register_drafter, weights_hash
 from hedgespec.training._specforge import require_specforge, specforge_cli_main
 from hedgespec.training.capture_deepspeed import capture_features_deepspeed, check_features_backend, target_model_dir
-from hedgespec.training.config import compose_specforge, draft_config_dict, validate_early, validate_specforge
+from hedgespec.training.config import (
+    compose_specforge,
+    draft_config_dict,
+    specforge_chat_template,
+    validate_early,
+    validate_specforge,
+)
 from hedgespec.training.cpu import check_cpu_config, cpu_runtime, save_target_head
 from hedgespec.training.export import EXPORT_MARKER, export_sglang
 from hedgespec.training.features import (
@@ -560,6 +566,7 @@ def plan_only(run: TrainRun) -> TrainResult:
         output_dir=str(run.ckpt_root),
         run_id=run.run_id,
         tracking=run.tracking,
+        chat_template=specforge_chat_template(run.target),
     )
     sf_cfg = validate_specforge(raw)
     gpus = int(train.get("gpus") or 1)
@@ -812,6 +819,7 @@ def _write_run_yaml(run: TrainRun) -> Path:
         run_id=run.run_id,
         resume_from=str(run.latest[0]) if run.latest else None,
         tracking=run.tracking,
+        chat_template=specforge_chat_template(run.target),
     )
     raw.setdefault("data", {}).setdefault("cache_dir", str(run.run_dir / "specforge_cache"))
     if run.warm_start is not None and run.latest is None:  # weights-only start of the first segment only
