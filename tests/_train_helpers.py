@@ -37,12 +37,6 @@ def tiny_overrides(*extra: str) -> list[str]:
 
 def specforge_or_skip() -> None:
     """Skip without SpecForge locally; under CI (``CI`` set) its absence is a failure, never a silent skip."""
-    import importlib
-    import os
+    from _requires import SPECFORGE, installed_or_skip
 
-    import pytest
-
-    if os.environ.get("CI"):
-        importlib.import_module("specforge")  # ImportError -> the test module errors: install 30-train.sh
-    else:
-        pytest.importorskip("specforge", reason="SpecForge is installed by scripts/install.d/30-train.sh")
+    installed_or_skip("specforge", SPECFORGE)

@@ -18,12 +18,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from _requires import sglang_or_skip
 from _serve_helpers import free_port, generate_ids, hf_greedy
 from _train_helpers import REPO, specforge_or_skip
 
 from data_recipes import prepare, read_jsonl
 from data_recipes.regenerate import regenerate
-from hedgespec.serving import sglang_available
 from hedgespec.serving.argv import build_plan
 from hedgespec.serving.launch import ServerProcess
 
@@ -39,8 +39,7 @@ DECODING = {"mode": "chain", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
 
 @pytest.fixture(scope="module")
 def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not sglang_available():
-        pytest.skip("sglang 0.5.23 is not installed (bash scripts/install.d/40-serve.sh)")
+    sglang_or_skip()
     if not any(ep.value.startswith("hedgespec.serving.plugin") for ep in entry_points(group="sglang.srt.plugins")):
         pytest.fail("the sglang.srt.plugins entry point of hedgespec is not installed: run `pip install -e .`")
     specforge_or_skip()

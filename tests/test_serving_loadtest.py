@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+from _requires import sglang_or_skip
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -32,7 +33,7 @@ def _compose(name: str, *overrides: str) -> dict:
 
 def test_client_order_is_sglang_loaders_order(tmp_path: Path) -> None:
     """Independent truth: SGLang's own ShareGPT loader after the client's ``random.seed(seed)``."""
-    pytest.importorskip("sglang")
+    sglang_or_skip()
     from sglang.benchmark.datasets.sharegpt import sample_sharegpt_requests
     from transformers import AutoTokenizer
 
@@ -125,7 +126,7 @@ def test_load_test_bad_input(key, value, match) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_short_load_test_of_the_tiny_server(tmp_path: Path) -> None:
-    pytest.importorskip("sglang")
+    sglang_or_skip()
     cfg = _compose(
         "load_test", "pool=tiny", "device=cpu", f"workdir={tmp_path}/serve", "load.real_prompts=4",
         "load.random_prompts=4", "load.output_len=4", "load.concurrency=[1,4]", "load.histogram_requests=4",

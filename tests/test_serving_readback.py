@@ -3,10 +3,10 @@ proposals and flag come back in one transfer, split exactly (no server needed; s
 
 from __future__ import annotations
 
-import pytest
 import torch
+from _requires import SGLANG, installed_or_skip
 
-worker = pytest.importorskip("hedgespec.serving.worker", reason="sglang is not installed")
+worker = installed_or_skip("hedgespec.serving.worker", SGLANG)
 
 
 def test_finiteness_flags_are_device_tensors_with_the_engine_rule():

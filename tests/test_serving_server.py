@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from _engine_helpers import GREEDY, decoding
+from _requires import sglang_or_skip
 from _serve_helpers import hf_greedy
 
-from hedgespec.serving import sglang_available
 from hedgespec.serving.argv import build_plan
 from hedgespec.serving.launch import ServerProcess
 from hedgespec.serving.tiny import make_drafter, make_target
@@ -37,8 +37,7 @@ NEW_TOKENS = 20
 
 @pytest.fixture(scope="module", autouse=True)
 def _needs_sglang():
-    if not sglang_available():
-        pytest.skip("sglang 0.5.23 is not installed (bash scripts/install.d/40-serve.sh)")
+    sglang_or_skip()
     if not any(ep.value.startswith("hedgespec.serving.plugin") for ep in entry_points(group="sglang.srt.plugins")):
         pytest.fail(
             "the sglang.srt.plugins entry point of hedgespec is not installed: add it to pyproject.toml "

@@ -15,10 +15,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from _requires import sglang_or_skip
 from _serve_helpers import free_port, generate_ids, hf_greedy
 from _train_helpers import REPO, specforge_or_skip, tiny_overrides, tmp_overrides
 
-from hedgespec.serving import sglang_available
 from hedgespec.serving.argv import build_plan
 from hedgespec.serving.launch import ServerProcess
 
@@ -32,8 +32,7 @@ NEW_TOKENS = 16
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> tuple[Path, Path]:
     """``(manifest, target dir)``: one drafter trained by ``train/run.py`` and the target it was trained for."""
-    if not sglang_available():
-        pytest.skip("sglang 0.5.23 is not installed (bash scripts/install.d/40-serve.sh)")
+    sglang_or_skip()
     if not any(ep.value.startswith("hedgespec.serving.plugin") for ep in entry_points(group="sglang.srt.plugins")):
         pytest.fail("the sglang.srt.plugins entry point of hedgespec is not installed: run `pip install -e .`")
     specforge_or_skip()

@@ -7,12 +7,11 @@ exactly as the unpinned tokenizer does when ``enable_thinking`` is passed to ``a
 from __future__ import annotations
 
 import copy
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 import transformers
+from _requires import DEEPSPEED, installed_or_skip
 from omegaconf import OmegaConf
 
 from hedgespec.models import BUILTIN_TARGETS, TargetSpec, load_target, load_tokenizer
@@ -132,8 +131,7 @@ def test_training_reads_the_answers_of_its_setting(tmp_path) -> None:
 
 
 def test_deepspeed_child_gets_the_switch(tmp_path, monkeypatch) -> None:
-    if importlib.util.find_spec("deepspeed") is None and not os.environ.get("CI"):
-        pytest.skip("deepspeed is installed by scripts/install.d/30-train.sh")
+    installed_or_skip("deepspeed", DEEPSPEED)
     from hedgespec.training import capture_deepspeed
     from hedgespec.training.capture_deepspeed import _parser, capture_features_deepspeed, target_model_dir
 

@@ -7,14 +7,13 @@ must write the same files with the same token ids and loss masks and, in float32
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _requires import DEEPSPEED, installed_or_skip
 from _train_helpers import CONVERSATIONS, compose_train, specforge_or_skip, tiny_overrides
 
 AUX = [0, 1, 3]
@@ -22,11 +21,7 @@ KW = {"target_hash": "tiny-h", "aux_layer_ids": AUX, "max_length": 96, "max_samp
 
 
 def deepspeed_or_skip() -> None:
-    """Skip without deepspeed locally; under CI (``CI`` set) its absence is a failure, never a silent skip."""
-    if os.environ.get("CI"):
-        importlib.import_module("deepspeed")  # ImportError -> fails: install scripts/install.d/30-train.sh
-    else:
-        pytest.importorskip("deepspeed", reason="deepspeed is installed by scripts/install.d/30-train.sh")
+    installed_or_skip("deepspeed", DEEPSPEED)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ refused before anything is submitted or written.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _requires import SUBMITIT, installed_or_skip
 from _train_helpers import CONF
 
 from hedgespec.training.launcher import SLURM_LAUNCHER, check_launcher
@@ -24,11 +24,7 @@ PAPER = ["target=llama8b", "train=paper", "train.gpus=8"]
 
 
 def submitit_or_skip() -> None:
-    """Skip without the plugin locally; under CI (``CI`` set) its absence is a failure, never a silent skip."""
-    if os.environ.get("CI"):
-        importlib.import_module("hydra_plugins.hydra_submitit_launcher")  # install scripts/install.d/30-train.sh
-    else:
-        pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="installed by 30-train.sh")
+    installed_or_skip("hydra_plugins.hydra_submitit_launcher", SUBMITIT)
 
 
 def run_train(tmp: Path, *args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:

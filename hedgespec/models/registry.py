@@ -34,18 +34,15 @@ def load_target(name_or_cfg: str | TargetSpec | dict[str, Any] | Any, **override
             )
         d.update(overrides)
         spec = TargetSpec(**d)
-    model, tok = _load(spec)
-    return model, pin_thinking(tok, spec.thinking, spec.name)
-
-
-def _load(spec: TargetSpec) -> tuple[Any, Any]:
+    if spec.kind == "hf":
+        return _load_hf(spec)  # pins the thinking switch before the weights load
     if spec.kind == "tiny":
         from .tiny import build_tiny_target  # lazy: .tiny imports torch; hedgespec.models stays torch-free
 
-        return build_tiny_target(spec.arch, seed=spec.seed, dtype=spec.dtype, device=spec.device)
-    if spec.kind == "smollm2":
-        return load_smollm2(spec.cache_dir, dtype=spec.dtype, device=spec.device)
-    return _load_hf(spec)
+        model, tok = build_tiny_target(spec.arch, seed=spec.seed, dtype=spec.dtype, device=spec.device)
+    else:
+        model, tok = load_smollm2(spec.cache_dir, dtype=spec.dtype, device=spec.device)
+    return model, pin_thinking(tok, spec.thinking, spec.name)
 
 
 def _load_hf(spec: TargetSpec) -> tuple[Any, Any]:

@@ -344,8 +344,7 @@ def _regenerated(
     cfg: Mapping[str, Any], domain: str, source: str, domain_dir: Path, loaded: tuple[Any, Any] | None
 ) -> Path:
     """``<domain dir>/regen/train.<target>.jsonl``, first completed with the loaded target when it can be."""
-    target = cfg.get("target")
-    tname = target.get("name") if isinstance(target, Mapping) else str(target)
+    tname = _target_name(cfg)
     regen = dict((cfg.get("train") or {}).get("regenerate") or {})
     out = regenerated_path(cfg, domain_dir)
     if loaded is not None and regen.get("max_examples"):
@@ -382,10 +381,13 @@ def _regenerated(
 
 def regenerated_path(cfg: Mapping[str, Any], domain_dir: Path) -> Path:
     """``<domain dir>/regen/train.<target>[.think|.nothink].jsonl``: the answers ``data.regenerated`` trains on."""
-    target = cfg.get("target")
-    tname = target.get("name") if isinstance(target, Mapping) else str(target)
-    stem = recipe_regen.output_stem(tname, resolve_target(target_config(cfg)).thinking)
+    stem = recipe_regen.output_stem(_target_name(cfg), resolve_target(target_config(cfg)).thinking)
     return domain_dir / "regen" / f"train.{stem}.jsonl"
+
+
+def _target_name(cfg: Mapping[str, Any]) -> str:
+    target = cfg.get("target")
+    return str(target.get("name") if isinstance(target, Mapping) else target)
 
 
 def _missing_answers(out: Path, domain: str, source: str, tname: str) -> str:
@@ -404,9 +406,7 @@ def check_answers_exist(cfg: Mapping[str, Any], domain: str) -> None:
     source = str(cfg.get("source", "offline"))
     out = regenerated_path(cfg, Path(str(cfg.get("data_dir", "data"))).expanduser() / source / domain)
     if not out.is_file():
-        target = cfg.get("target")
-        tname = target.get("name") if isinstance(target, Mapping) else str(target)
-        raise FileNotFoundError(_missing_answers(out, domain, source, tname))
+        raise FileNotFoundError(_missing_answers(out, domain, source, _target_name(cfg)))
 
 
 def _regen_server_options(regen: Mapping[str, Any], domain_dir: Path) -> dict[str, Any]:
