@@ -73,7 +73,7 @@ from hedgespec.training.features import (
 )
 from hedgespec.training.hashing import file_hash, json_hash
 from hedgespec.training.progress import MetricTee, capture_fd_stdout, summarize
-from hedgespec.training.vocab import VocabMapping, build_vocab_mapping
+from hedgespec.training.vocab import VocabMapping, build_vocab_mapping, shared_vocab_mapping
 from hedgespec.training.warmstart import SCRATCH, TARGET_HEAD, build_warm_start, target_head_and_norm
 
 #: The pool's domains: the data recipes' training domains and ``general`` (the generalist baseline).
@@ -451,9 +451,27 @@ def draft_init(train: Mapping[str, Any]) -> str:
     return init
 
 
+VOCAB_SOURCES = ("own", "init")
+
+
+def draft_vocab_source(train: Mapping[str, Any]) -> str:
+    """``train.draft.vocab``: ``own`` (default; the most frequent supervised tokens of this run's features) or
+    ``init`` (the draft vocabulary of the ``train.draft.init`` drafter, for experts fine-tuned from it)."""
+    draft = train.get("draft") or {}
+    source = str(draft.get("vocab") or "own")
+    if source not in VOCAB_SOURCES:
+        raise ValueError(f"train.draft.vocab={source!r}: expected one of {', '.join(VOCAB_SOURCES)}")
+    if source == "init" and draft_init(train) in (SCRATCH, TARGET_HEAD):
+        raise ValueError(
+            f"train.draft.vocab=init needs train.draft.init=<drafter of this pool> (got {draft_init(train)!r})"
+        )
+    return source
+
+
 def _init_source(train: Mapping[str, Any], pools_dir: Path, pool: str, drafter: str) -> Path | None:
     """The exported drafter ``train.draft.init=<drafter>`` starts from (None for scratch / target_head)."""
     init = draft_init(train)
+    draft_vocab_source(train)
     if init in (SCRATCH, TARGET_HEAD):
         return None
     if init == drafter:
@@ -617,14 +635,27 @@ def stage_data(run: TrainRun) -> None:
         "data": run.data_hash,
         "aux": run.aux,
         "draft_vocab": run.draft_vocab,
-        # the data source is in the data hash; plan_only/overwrite change what is done, not what is trained
-        "train": {k: v for k, v in run.train.items() if k not in ("plan_only", "overwrite", "source")},
+        "train": _keyed_train(run.train),
         "init_source": file_hash(init / "model.safetensors") if init is not None else None,
     }
     if run.target.thinking is not None:  # the same data rendered with the other thinking setting is another run
         key["thinking"] = run.target.thinking
     run.key = json_hash(key)[:20]
     _claim_run_dir(run)
+
+
+def _keyed_train(train: Mapping[str, Any]) -> dict[str, Any]:
+    """The training settings that define what is trained (the run key's ``train`` part).
+
+    plan_only/overwrite change what is done, not what is trained; the data source is in the data hash;
+    ``draft.vocab`` at its default ``own`` is left out, so runs from before the option keep their key.
+    """
+    keyed = {k: v for k, v in train.items() if k not in ("plan_only", "overwrite", "source")}
+    draft = dict(keyed.get("draft") or {})
+    if draft.get("vocab", "own") == "own" and "vocab" in draft:
+        del draft["vocab"]
+        keyed["draft"] = draft
+    return keyed
 
 
 def check_budget_fits(cfg: Mapping[str, Any], domain: str, data_path: Path, tokenizer: Any) -> None:
@@ -688,8 +719,9 @@ def _claim_run_dir(run: TrainRun) -> None:
 def stage_features(run: TrainRun) -> None:
     """Target features (cached by content key) and the draft vocabulary mapping built from them."""
     feats_cfg = run.train.get("features") or {}
+    computed = run.target.compute_dtype  # a cast target's features are another dtype's numerics: another key
     common = {
-        "target_hash": run.target_info.hash,
+        "target_hash": run.target_info.hash + (f"|compute={computed}" if computed else ""),
         "aux_layer_ids": run.aux,
         "max_length": int(feats_cfg.get("max_length", 512)),
         "max_samples": feats_cfg.get("max_samples"),
@@ -726,7 +758,13 @@ def stage_features(run: TrainRun) -> None:
         },
     )
     with _timed(run, "vocab"):
-        vm = run.vocab = build_vocab_mapping(fs.path, run.target_info.vocab_size, run.draft_vocab)
+        if draft_vocab_source(run.train) == "init":  # the init drafter's vocabulary (a fine-tune of it)
+            vm = shared_vocab_mapping(
+                run.init_source / "model.safetensors", fs.path, run.target_info.vocab_size, run.draft_vocab
+            )
+        else:
+            vm = build_vocab_mapping(fs.path, run.target_info.vocab_size, run.draft_vocab)
+        run.vocab = vm
     run.state.mark("vocab", {"path": str(vm.path), "hash": vm.hash, "coverage": round(vm.coverage, 6)})
 
 

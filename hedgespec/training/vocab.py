@@ -52,11 +52,55 @@ def build_vocab_mapping(
     else:
         with contextlib.redirect_stdout(io.StringIO()):  # SpecForge prints coverage chatter
             d2t, t2d = process_token_dict_to_mappings(counts, draft_vocab_size, target_vocab_size)
-        buf = io.BytesIO()
-        torch.save({"d2t": d2t, "t2d": t2d}, buf)
-        write_bytes_atomic(buf.getvalue(), out)
+        _write_mapping(d2t, t2d, out)
+    return _mapping(out, d2t, t2d, counts, target_vocab_size, reused)
+
+
+def shared_vocab_mapping(
+    drafter_weights: Path, features_dir: Path, target_vocab_size: int, draft_vocab_size: int
+) -> VocabMapping:
+    """The draft vocabulary of an exported drafter (its ``d2t``/``t2d``), for a run that fine-tunes it.
+
+    ``train.draft.vocab=init``: a domain expert trained from the generalist keeps the generalist's draft
+    vocabulary, so every weight (``lm_head`` included) is the generalist's plus a delta of the same shape, which
+    is what a low-rank pool stores (``hedgespec.engine.lowrank``). Written to
+    ``features_dir/vocab_mapping/shared-<hash>.pt``; coverage is measured on this run's features.
+    """
+    from safetensors.torch import load_file
+
+    require_specforge()
+    from specforge.training.vocab_mapping import count_effective_feature_tokens
+
+    state = load_file(str(drafter_weights))
+    if "d2t" not in state or "t2d" not in state:
+        raise ValueError(f"train.draft.vocab=init: {drafter_weights} holds no d2t/t2d vocabulary mapping")
+    d2t, t2d = state["d2t"].long(), state["t2d"].bool()
+    if int(d2t.numel()) != draft_vocab_size or int(t2d.numel()) != target_vocab_size:
+        raise ValueError(
+            f"train.draft.vocab=init: the source drafter's vocabulary ({d2t.numel()} draft ids over "
+            f"{t2d.numel()} target ids, {drafter_weights}) differs from this run's draft vocab_size="
+            f"{draft_vocab_size} over {target_vocab_size}; set train.draft.vocab_size={d2t.numel()}"
+        )
+    digest = tensors_hash({"d2t": d2t, "t2d": t2d})
+    out = Path(features_dir) / "vocab_mapping" / f"shared-{digest[:16]}.pt"
+    reused = out.is_file()
+    if not reused:
+        _write_mapping(d2t, t2d, out)
+    counts = count_effective_feature_tokens(str(features_dir), target_vocab_size=target_vocab_size)
+    return _mapping(out, d2t, t2d, counts, target_vocab_size, reused)
+
+
+def _write_mapping(d2t: torch.Tensor, t2d: torch.Tensor, out: Path) -> None:
+    buf = io.BytesIO()
+    torch.save({"d2t": d2t, "t2d": t2d}, buf)
+    write_bytes_atomic(buf.getvalue(), out)
+
+
+def _mapping(
+    out: Path, d2t: torch.Tensor, t2d: torch.Tensor, counts: dict, target_vocab_size: int, reused: bool
+) -> VocabMapping:
     total = sum(counts.values())
     kept = sum(c for tok, c in counts.items() if tok < target_vocab_size and bool(t2d[tok]))
     return VocabMapping(
-        out, tensors_hash({"d2t": d2t, "t2d": t2d}), draft_vocab_size, kept / total if total else 0.0, reused
+        out, tensors_hash({"d2t": d2t, "t2d": t2d}), int(d2t.numel()), kept / total if total else 0.0, reused
     )
