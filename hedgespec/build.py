@@ -31,9 +31,10 @@ from hedgespec.decoding import DecodingConfig, SamplingParams
 from hedgespec.engine.eagle3 import Eagle3Drafter
 from hedgespec.engine.fit import fit_drafter
 from hedgespec.engine.generate import SpeculativeEngine
+from hedgespec.engine.lowrank import LowRankDrafter
 from hedgespec.fixtures import random_drafter
 from hedgespec.models import load_target
-from hedgespec.pools import TargetInfo
+from hedgespec.pools import PoolManifest, TargetInfo
 from hedgespec.pools import load_pool as load_manifest
 from hedgespec.selectors import SELECTORS, make_selector
 from hedgespec.selectors.hedgespec import RouterPrior, RunningPrior
@@ -129,6 +130,21 @@ def load_drafters(pool_cfg: Mapping[str, Any], model: Any, tokenizer: Any = None
     return drafters
 
 
+def manifest_drafters(man: PoolManifest, model: Any) -> list[Eagle3Drafter]:
+    """A manifest's drafters in pool order; low-rank experts as their base plus factors
+    (:class:`~hedgespec.engine.lowrank.LowRankDrafter`, evaluated with the base read once)."""
+    dense = {d.name: Eagle3Drafter.load(man.drafter_path(d), model, name=d.name) for d in man.drafters if not d.lowrank}
+    out: list[Eagle3Drafter] = []
+    for d in man.drafters:
+        if d.lowrank:
+            low = LowRankDrafter.load_factors(man.drafter_path(d), dense[d.lowrank["base"]], d.name)
+            low.validate(model)
+            out.append(low)
+        else:
+            out.append(dense[d.name])
+    return out
+
+
 def _pool_cache_dir(cfg: Mapping[str, Any], pool_cfg: Mapping[str, Any]) -> Path | None:
     """Cache of an inline pool with fitted heads, keyed by pool + target config (a sweep fits them once)."""
     cache = cfg.get("pool_cache")
@@ -148,7 +164,7 @@ def build_pool(cfg: Mapping[str, Any], model: Any, tokenizer: Any) -> Pool:
             str((cfg.get("target") or {}).get("name", pool_cfg.get("target"))), model, tokenizer
         )
         man = load_manifest(pool_cfg["manifest"], info)
-        drafters = [Eagle3Drafter.load(man.drafter_path(d), model, name=d.name) for d in man.drafters]
+        drafters = manifest_drafters(man, model)
         names = [d.name for d in drafters]
         return Pool(
             drafters, names, drafter_domains(pool_cfg, names, aliases, {d.name: d.domain for d in man.drafters})

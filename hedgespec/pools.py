@@ -101,11 +101,17 @@ class DrafterEntry:
     metrics: dict[str, Any] = field(default_factory=dict)
     weights_hash: str = ""  # "sha256:<hex>" of model.safetensors; "" = not recorded (older manifests)
     external: bool = False  # true: ``path`` may point outside the manifest's directory
+    #: {"base": <drafter of this pool>, "rank": r | "full"}: a low-rank expert (hedgespec.engine.lowrank)
+    lowrank: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["aux_layer_ids"] = list(self.aux_layer_ids)
-        for optional in ("weights_hash", "external"):  # written only when set: older manifests stay unchanged
+        for optional in (
+            "weights_hash",
+            "external",
+            "lowrank",
+        ):  # written only when set: older manifests stay unchanged
             if not d[optional]:
                 del d[optional]
         return d
@@ -133,6 +139,10 @@ class DrafterEntry:
         kw["draft_vocab_size"] = int(kw["draft_vocab_size"])
         if not isinstance(kw.get("external", False), bool):
             raise ValueError(f"{where}drafter {d['name']!r}: field external must be true or false")
+        low = kw.get("lowrank") or {}
+        if low and (not isinstance(low, Mapping) or set(low) != {"base", "rank"}):
+            raise ValueError(f"{where}drafter {d['name']!r}: field lowrank must be {{base: <drafter>, rank: <r>}}")
+        kw["lowrank"] = dict(low)
         return cls(**kw)
 
 
@@ -191,7 +201,23 @@ def _parse(raw: Any, path: Path) -> PoolManifest:
         raise ValueError(f"{where}duplicate drafter name(s) {dup}")
     for d in drafters:
         check_contained(d, path.parent, where)
+        _check_lowrank(d, drafters, where)
     return PoolManifest(str(raw["pool"]), target, manifest_decoding(raw.get("decoding"), where), drafters, path.parent)
+
+
+def _check_lowrank(entry: DrafterEntry, drafters: tuple[DrafterEntry, ...], where: str) -> None:
+    """A low-rank expert's ``base`` is another, dense drafter of the same pool; its rank is r >= 1 or "full"."""
+    if not entry.lowrank:
+        return
+    base, rank = entry.lowrank["base"], entry.lowrank["rank"]
+    dense = [d.name for d in drafters if not d.lowrank]
+    if base == entry.name or base not in dense:
+        raise ValueError(
+            f"{where}drafter {entry.name!r}: lowrank.base={base!r} must name another, dense drafter of the pool "
+            f"(one of {dense})"
+        )
+    if rank != "full" and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
+        raise ValueError(f"{where}drafter {entry.name!r}: lowrank.rank={rank!r} must be a positive integer or 'full'")
 
 
 def check_contained(entry: DrafterEntry, root: Path, where: str = "") -> None:

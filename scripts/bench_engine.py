@@ -2,6 +2,7 @@
 
     python scripts/bench_engine.py                         # tiny target and SmolLM2-sized dims, CPU, ~2-5 min
     python scripts/bench_engine.py --dims tiny --repeats 50
+    python scripts/bench_engine.py --dims smollm2 --draft-vocab 4096 --ns 1 2 4 8 --ranks 8 32 128   # low-rank pools
     python scripts/bench_engine.py --device cuda --dtype bfloat16 --json bench_engine.json   # GPU machine
 
 Prints each cost as a ratio to one drafter forward and to one target forward (goal: N=7 pool evaluation
@@ -32,6 +33,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument(
         "--draft-vocab", type=int, default=None, help="draft vocabulary (default: the dims' own, 512 / 32000)"
     )
+    ap.add_argument(
+        "--ranks",
+        nargs="*",
+        type=int,
+        default=[],
+        help="also time low-rank pools of these ranks (head 0 + rank-r experts)",
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
     ap.add_argument("--json", default=None, help="write the results here (default: print JSON to stdout)")
     args = ap.parse_args(argv)
@@ -49,6 +57,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             args.device,
             args.dtype,
             draft_vocab=args.draft_vocab,
+            ranks=args.ranks,
         )
         print(format_bench(res), flush=True)
         results.append(res)

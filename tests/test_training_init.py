@@ -66,6 +66,40 @@ def test_target_head_init_then_fine_tune_from_a_drafter(tmp_path: Path) -> None:
         torch.testing.assert_close(warm["lm_head.weight"][d].float(), head[t])
     assert sql.final_step == 6
 
+    # train.draft.vocab=init: the fine-tune keeps the generalist's draft vocabulary, so its deltas have the
+    # generalist's shapes and the pool can be written as generalist + rank-r deltas
+    with pytest.raises(ValueError, match=r"source drafter's vocabulary \(\d+ draft ids.*set train.draft.vocab_size="):
+        train_drafter(
+            compose_train(
+                tmp_path,
+                *tiny_overrides(
+                    "domain=math", "train.draft.init=general", "train.draft.vocab=init", "train.draft.vocab_size=128"
+                ),
+            )
+        )
+    math = train_drafter(
+        compose_train(
+            tmp_path,
+            *tiny_overrides("domain=math", "train.draft.init=general", "train.draft.vocab=init", "train.overwrite=true"),
+        )
+    )
+    got = _state(math.export_dir)
+    assert torch.equal(got["d2t"], src["d2t"]) and torch.equal(got["t2d"].bool(), src["t2d"].bool())
+    from hedgespec.build import build_pool
+    from hedgespec.engine.lowrank import LowRankDrafter
+    from hedgespec.pools import load_pool
+    from hedgespec.pools_lowrank import write_low_rank_pool
+
+    man = load_pool(math.manifest)
+    assert man.drafter("math").vocab_mapping_hash == man.drafter("general").vocab_mapping_hash
+    with pytest.raises(ValueError, match=r"drafter 'sql': draft_vocab_size=128 differs from base 'general'"):
+        write_low_rank_pool(math.manifest, "tiny-r4", "general", 4)  # sql kept its own vocabulary
+    write_low_rank_pool(math.manifest, "tiny-r4", "general", 4, drafters=["math"])
+    cfg = {"pool": {"name": "tiny-r4", "manifest": str(math.manifest.parent / "tiny-r4.yaml")}, "target": TINY4}
+    pool = build_pool(cfg, model, None)
+    low = pool.drafters[pool.names.index("math")]
+    assert isinstance(low, LowRankDrafter) and low.rank == 4 and low.base.name == "general"
+
 
 def test_bad_init_is_refused_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="drafter 'general' of pool 'tiny' is not exported"):
@@ -74,6 +108,10 @@ def test_bad_init_is_refused_before_any_work(tmp_path: Path) -> None:
         train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.init=sql")))
     with pytest.raises(ValueError, match="expected scratch, target_head or a drafter name"):
         train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.init='../x'")))
+    with pytest.raises(ValueError, match=r"train.draft.vocab=init needs train.draft.init=<drafter of this pool>"):
+        train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.init=target_head", "train.draft.vocab=init")))
+    with pytest.raises(ValueError, match=r"train.draft.vocab='theirs': expected one of own, init"):
+        train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.vocab=theirs")))
     assert not (tmp_path / "outputs").exists(), "nothing was written"
 
 

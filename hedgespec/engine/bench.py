@@ -3,7 +3,9 @@
 * one target forward: a verification pass of K+1 rows after a context of ``context`` tokens (and a 1-row
   decode step, for reference);
 * one drafter forward: one draft step (1 row) of one EAGLE-3 head after ``context`` cached rows;
-* batched pool evaluation: :meth:`DrafterPool.evaluate` of ``rows`` verified rows into N heads at once.
+* batched pool evaluation: :meth:`DrafterPool.evaluate` of ``rows`` verified rows into N heads at once;
+  with ``ranks``, also for low-rank pools (head 0 as the base, N-1 rank-r experts; :mod:`hedgespec.engine.lowrank`)
+  next to the dense pool of the same N, with the parameters each evaluation reads.
 
 Weights are random (timings do not depend on values). ``dims='tiny'`` is the registry's tiny target,
 ``dims='smollm2'`` has SmolLM2-135M's shapes (hidden 576, 30 layers, 9/3 heads, vocab 49152; draft vocab 32000).
@@ -18,6 +20,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
+from hedgespec.engine.lowrank import LowRankDrafter, weights_read
 from hedgespec.engine.pool import DrafterPool
 from hedgespec.engine.target import TargetModel
 from hedgespec.fixtures import random_drafter
@@ -82,10 +85,12 @@ def bench_engine(
     device: str = "cpu",
     dtype: str = "float32",
     draft_vocab: int | None = None,
+    ranks: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Best-of-``repeats`` seconds of each cost and their ratios to one drafter forward and one target forward.
 
-    ``draft_vocab`` overrides the dims' draft vocabulary (the embedded pool's trained drafters use 4096).
+    ``draft_vocab`` overrides the dims' draft vocabulary (the embedded pool's trained drafters use 4096);
+    ``ranks`` adds low-rank pools of each rank (``res["lowrank"][r][N]``).
     """
     d = dict(DIMS[dims])
     vd = _draft_vocab(dims, d, draft_vocab)
@@ -120,8 +125,34 @@ def bench_engine(
             "x_target_verify": t / res["target_verify_s"],
         }
         res["pool"][n]["x_n1_evaluate"] = t / res["pool"][ns[0]]["evaluate_s"]
+        res["pool"][n]["weights_read_x_one_head"] = weights_read(pool.w) / weights_read(pool1.w)
+    res["lowrank"] = {}
+    for r in ranks:
+        res["lowrank"][r] = {}
+        experts = [_random_low_rank(heads[0], heads[i], r) for i in range(1, max(ns))]
+        for n in ns:
+            pool = DrafterPool([heads[0], *experts[: n - 1]], model, dtype=tdtype)
+            t = _evaluate_cost(pool, tgt, ctx, feats, context, rows, repeats, device)
+            res["lowrank"][r][n] = {
+                "evaluate_s": t,
+                "x_dense_evaluate": t / res["pool"][n]["evaluate_s"],
+                "x_drafter_forward": t / res["drafter_forward_s"],
+                "weights_read_x_one_head": weights_read(pool.w) / weights_read(pool1.w),
+            }
     res["drafter_x_target_verify"] = res["drafter_forward_s"] / res["target_verify_s"]
     return res
+
+
+def _random_low_rank(base: Any, other: Any, rank: int) -> LowRankDrafter:
+    """A rank-``rank`` expert of ``base`` (random factors scaled to the weights; timings do not depend on values)."""
+    g = torch.Generator().manual_seed(rank)
+    factors = {}
+    for key, w in base.weights.items():
+        if w.dim() == 2:
+            a = torch.randn(w.shape[1], rank, generator=g) * 0.01
+            factors[key] = (a, torch.randn(rank, w.shape[0], generator=g) * 0.01)
+    norms = {k: v for k, v in other.weights.items() if v.dim() == 1}
+    return LowRankDrafter(base, factors, norms, rank, name=f"{other.name}-r{rank}")
 
 
 def _single_costs(
@@ -209,6 +240,13 @@ def format_bench(res: dict[str, Any]) -> str:
         lines.append(
             f"pool evaluate N={n:>2}: {r['evaluate_s'] * 1e3:8.3f} ms = {r['x_drafter_forward']:6.2f} x "
             f"drafter forward = {r['x_target_verify']:6.3f} x target forward = {r['x_n1_evaluate']:5.2f} "
-            f"x N={n1}"
+            f"x N={n1}   reads {r['weights_read_x_one_head']:5.2f} x one head"
         )
+    for rank, by_n in res.get("lowrank", {}).items():
+        for n, r in by_n.items():
+            lines.append(
+                f"low-rank r={rank:<4} N={n:>2}: {r['evaluate_s'] * 1e3:8.3f} ms = "
+                f"{r['x_dense_evaluate']:5.2f} x dense N={n} = {r['x_drafter_forward']:6.2f} x drafter forward   "
+                f"reads {r['weights_read_x_one_head']:5.2f} x one head"
+            )
     return "\n".join(lines)

@@ -302,6 +302,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + _rotate_half(x) * sin
 
 
+def _mm(x: torch.Tensor, w: Any) -> torch.Tensor:
+    """x [N, T, in] times stacked matrices w [N, in, out]: a tensor, or a low-rank stack with its own ``bmm``
+    (:class:`hedgespec.engine.lowrank.LowRankStack`: base read once plus thin per-head factors)."""
+    return torch.bmm(x, w) if isinstance(w, torch.Tensor) else w.bmm(x)
+
+
 def stacked_forward(
     w: dict[str, torch.Tensor],
     eps: float,
@@ -319,7 +325,8 @@ def stacked_forward(
     """One EAGLE-3 midlayer pass for N stacked heads at once.
 
     Args:
-        w: stacked *transposed* weights: matrices [N, in, out], norms [N, H] (see :func:`stack_weights`).
+        w: stacked *transposed* weights: matrices [N, in, out] (tensors, or low-rank stacks of one base:
+            :mod:`hedgespec.engine.lowrank`), norms [N, H] (see :func:`stack_weights`).
         emb: token embeddings [N, T, H] (or [1, T, H], broadcast).
         hidden: target features [N, T, n·H_t] when ``from_target`` (passed through ``fc``), else the heads'
             own pre-norm outputs [N, T, H].
@@ -331,13 +338,13 @@ def stacked_forward(
         draft logits [N, T, V_d], pre-norm hidden [N, T, H], new keys and values [N, kv_heads, T, d].
     """
     n, t = hidden.shape[0], hidden.shape[1]
-    h = torch.bmm(hidden, w["fc"]) if from_target else hidden
+    h = _mm(hidden, w["fc"]) if from_target else hidden
     emb = emb.expand(n, -1, -1)
     x = torch.cat([rms_norm(emb, w["ln_emb"], eps), rms_norm(h, w["ln_hid"], eps)], dim=-1)
     d = w["q"].shape[-1] // n_heads
-    q = torch.bmm(x, w["q"]).view(n, t, n_heads, d).transpose(1, 2)
-    k = torch.bmm(x, w["k"]).view(n, t, n_kv, d).transpose(1, 2)
-    v = torch.bmm(x, w["v"]).view(n, t, n_kv, d).transpose(1, 2)
+    q = _mm(x, w["q"]).view(n, t, n_heads, d).transpose(1, 2)
+    k = _mm(x, w["k"]).view(n, t, n_kv, d).transpose(1, 2)
+    v = _mm(x, w["v"]).view(n, t, n_kv, d).transpose(1, 2)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     keys = k if past_k is None else torch.cat([past_k, k], dim=2)
     vals = v if past_v is None else torch.cat([past_v, v], dim=2)
@@ -345,10 +352,10 @@ def stacked_forward(
         past = keys.shape[2] - t
         mask = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(diagonal=past)
     attn = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, enable_gqa=n_heads != n_kv)
-    a = h + torch.bmm(attn.transpose(1, 2).reshape(n, t, n_heads * d), w["o"])
+    a = h + _mm(attn.transpose(1, 2).reshape(n, t, n_heads * d), w["o"])
     m = rms_norm(a, w["ln_post"], eps)
-    out = a + torch.bmm(F.silu(torch.bmm(m, w["gate"])) * torch.bmm(m, w["up"]), w["down"])
-    logits = torch.bmm(rms_norm(out, w["norm"], eps), w["lm_head"])
+    out = a + _mm(F.silu(_mm(m, w["gate"])) * _mm(m, w["up"]), w["down"])
+    logits = _mm(rms_norm(out, w["norm"], eps), w["lm_head"])
     return logits, out, k, v
 
 

@@ -1,8 +1,9 @@
 """A pool of N EAGLE-3 heads of one target, evaluated in one batched pass.
 
 The heads' weights are stacked along a leading N dim (:func:`~hedgespec.engine.eagle3.stack_weights`) and
-every pool forward is one set of batched matmuls (``torch.bmm``), never N forwards. The pool owns the
-heads' KV caches ([N, kv_heads, rows, d]): row t holds (token x_{t+1}, target feature f_t) of the
+every pool forward is one set of batched matmuls (``torch.bmm``), never N forwards; a pool of one base drafter's
+low-rank variants (:mod:`hedgespec.engine.lowrank`) stacks the base once plus thin per-head factors instead. The
+pool owns the heads' KV caches ([N, kv_heads, rows, d]): row t holds (token x_{t+1}, target feature f_t) of the
 committed sequence, which is what every head needs to draft from the current position.
 
 After a verification round the engine calls :meth:`DrafterPool.evaluate` with the round's verified rows:
@@ -28,7 +29,8 @@ from typing import Any
 import torch
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from hedgespec.engine.eagle3 import Eagle3Drafter, stack_weights, stacked_forward
+from hedgespec.engine.eagle3 import Eagle3Drafter, stacked_forward
+from hedgespec.engine.lowrank import stack_pool_weights
 from hedgespec.engine.target import TargetModel
 
 
@@ -80,7 +82,7 @@ class DrafterPool:
         self.dtype = dtype
         params = getattr(target, "parameters", None)
         self.device = next(params()).device if callable(params) else torch.device("cpu")
-        self.w = stack_weights(drafters, dtype=dtype, device=self.device)
+        self.w = stack_pool_weights(drafters, dtype=dtype, device=self.device)  # low-rank when one base's variants
         self.eps = c0.rms_norm_eps
         self.n_heads, self.n_kv, self.head_dim = c0.num_attention_heads, c0.num_key_value_heads, c0.head_dim
         vd = self.w["lm_head"].shape[-1]

@@ -1,0 +1,207 @@
+"""Low-rank expert pools: experts as a base drafter plus rank-r deltas (hedgespec.engine.lowrank).
+
+Independent truths: numpy's SVD (Eckart-Young: the truncation error of a rank-r delta is the root sum of its
+discarded squared singular values), the dense pool of the same weights (the factored forward must give its
+logits), and transformers greedy decoding of the target (lossless output with a low-rank pool).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from _engine_helpers import GREEDY, decoding
+from safetensors.torch import load_file, save_file
+
+from hedgespec.build import build_pool
+from hedgespec.engine import DrafterPool, SpeculativeEngine, TargetModel
+from hedgespec.engine.eagle3 import MATRICES, Eagle3Drafter
+from hedgespec.engine.lowrank import FACTORS_FILE, LowRankDrafter, LowRankStack, factorize, weights_read
+from hedgespec.fixtures import agreeing_drafter, greedy_reference, random_drafter
+from hedgespec.models import load_target
+from hedgespec.pools import CorruptCheckpointError, TargetInfo, load_pool
+from hedgespec.pools_import import add_published_drafter
+from hedgespec.pools_lowrank import write_low_rank_pool
+from hedgespec.selectors import make_selector
+
+torch.set_num_threads(1)
+PROMPTS = [torch.tensor([5, 17, 33, 2, 9]), torch.tensor([40, 41, 42])]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tok = load_target("tiny")
+    base = agreeing_drafter(model, [p[None] for p in PROMPTS], seed=3, steps=120, length=24, draft_vocab_size=300)
+    base.name = "general"
+    return model, tok, base
+
+
+def _expert(base: Eagle3Drafter, seed: int, name: str, scale: float = 0.05) -> Eagle3Drafter:
+    """A full-rank fine-tune stand-in: every weight of ``base`` plus noise."""
+    g = torch.Generator().manual_seed(seed)
+    w = {k: v + scale * v.abs().mean() * torch.randn(v.shape, generator=g) for k, v in base.weights.items()}
+    return Eagle3Drafter(base.config, w, base.d2t, base.t2d, name=name)
+
+
+def _rows(model, pool):
+    tgt = TargetModel(model, pool.capture_ids)
+    seq = torch.tensor([3, 9, 27, 17, 51, 1, 2, 60, 33, 8, 12, 40])
+    _, feats = tgt.prefill(seq)
+    return seq[1:], feats[:-1], tgt.embed(seq[1:])[None]
+
+
+def _dense(d: Eagle3Drafter) -> Eagle3Drafter:
+    return Eagle3Drafter(d.config, {k: v.clone() for k, v in d.weights.items()}, d.d2t, d.t2d, name=d.name)
+
+
+def test_truncation_error_is_eckart_young(tiny):
+    _, _, base = tiny
+    expert = _expert(base, 1, "sql")
+    for rank in (1, 4, 16):
+        low = LowRankDrafter.from_expert(base, expert, rank)
+        for key in MATRICES:
+            delta = (expert.weights[key] - base.weights[key]).double().numpy()
+            s = np.linalg.svd(delta, compute_uv=False)
+            want = float(np.sqrt((s[rank:] ** 2).sum()))
+            got = float(torch.linalg.norm((expert.weights[key] - low.weights[key]).double()))
+            assert got == pytest.approx(want, rel=1e-3, abs=1e-6), (key, rank)
+            assert low.factors[key][0].shape[1] == rank
+
+
+def test_full_rank_pool_equals_the_dense_pool(tiny):
+    model, _, base = tiny
+    experts = [_expert(base, s, f"e{s}") for s in range(3)]
+    low = [LowRankDrafter.from_expert(base, e, "full") for e in experts]
+    dense_pool, low_pool = DrafterPool([base, *experts], model), DrafterPool([base, *low], model)
+    assert isinstance(low_pool.w["q"], LowRankStack) and isinstance(dense_pool.w["q"], torch.Tensor)
+    rows = _rows(model, dense_pool)
+    assert torch.allclose(low_pool.evaluate(*rows), dense_pool.evaluate(*rows), atol=1e-4)
+    assert torch.allclose(low_pool.k, dense_pool.k, atol=1e-5)
+
+
+def test_factored_forward_equals_the_dense_forward_of_the_same_weights(tiny):
+    model, _, base = tiny
+    low = [LowRankDrafter.from_expert(base, _expert(base, s, f"e{s}"), r) for s, r in [(0, 2), (1, 8), (2, 5)]]
+    low_pool = DrafterPool([base, *low], model)
+    dense_pool = DrafterPool([base, *[_dense(d) for d in low]], model)  # the rank-r weights materialised
+    rows = _rows(model, dense_pool)
+    assert torch.allclose(low_pool.evaluate(*rows), dense_pool.evaluate(*rows), atol=1e-4)
+    # a subset of heads (the chosen head's draft step) through the same factors
+    tok, feat, emb = rows
+    pos = torch.tensor([low_pool.length])
+    f = low_pool.features(feat[-1:], [2])
+    a = low_pool.run([2], emb[:, -1:], f, True, pos)[0]
+    b = dense_pool.run([2], emb[:, -1:], f, True, pos)[0]
+    assert torch.allclose(a, b, atol=1e-4)
+    # the factored pool reads the base once plus the factors
+    assert weights_read(low_pool.w) < weights_read(dense_pool.w)
+
+
+def test_greedy_output_with_a_low_rank_pool_is_the_targets(tiny):
+    model, _, base = tiny
+    pool = [base, *[LowRankDrafter.from_expert(base, _expert(base, s, f"e{s}"), 4) for s in range(2)]]
+    for sel in (make_selector("hedgespec"), make_selector("fixed", index=2)):
+        engine = SpeculativeEngine(model, pool, sel, decoding("chain", 4))
+        for prompt in PROMPTS:
+            out, _ = engine.generate(prompt, 20, GREEDY)
+            assert torch.equal(out, greedy_reference(model, prompt, 20)[0])
+
+
+def test_bad_ranks_shapes_and_vocabularies_are_named(tiny):
+    model, _, base = tiny
+    expert = _expert(base, 1, "sql")
+    smallest = min(min(base.weights[k].shape) for k in MATRICES)
+    with pytest.raises(ValueError, match=r"drafter 'sql': rank=.* exceeds the rank of weight"):
+        factorize(base, expert, smallest + 1)
+    for bad in (0, -3, True, 2.5, "big"):
+        with pytest.raises(ValueError, match="rank="):
+            factorize(base, expert, bad)
+    other_shape = random_drafter(model, seed=5, intermediate_size=24, name="wide")
+    with pytest.raises(ValueError, match=r"drafter 'wide': intermediate_size=24 differs from base 'general'"):
+        factorize(base, other_shape, 2)
+    ids = base.target_ids.tolist()  # one draft token swapped for a token outside the base's draft vocabulary
+    ids = sorted([*ids[:-1], next(t for t in range(base.config.vocab_size) if t not in set(ids))])
+    t2d = torch.zeros_like(base.t2d)
+    t2d[ids] = True
+    d2t = torch.tensor(ids) - torch.arange(len(ids))
+    other_vocab = Eagle3Drafter(base.config, dict(expert.weights), d2t, t2d, name="ownvocab")
+    with pytest.raises(ValueError, match=r"'ownvocab': its draft vocabulary differs .*train.draft.vocab=init"):
+        factorize(base, other_vocab, 2)
+    a, b = factorize(base, expert, 2)["q"]
+    with pytest.raises(ValueError, match=r"drafter 'x': factors of q have shapes"):
+        LowRankDrafter(base, {**factorize(base, expert, 2), "q": (a, b.t())}, {}, 2, "x")
+
+
+def _dense_pool(tmp_path, model, tok, base, experts):
+    info = TargetInfo.from_model("tiny", model, tok)
+    manifest = tmp_path / "pools" / "ft.yaml"
+    for d in [base, *experts]:
+        d.save(tmp_path / "src" / d.name)
+        add_published_drafter(manifest, d.name, str(tmp_path / "src" / d.name), domain=d.name, target=info)
+    return manifest, info
+
+
+def test_written_pool_loads_as_low_rank_and_serves_dense_weights(tiny, tmp_path):
+    model, tok, base = tiny
+    experts = [_expert(base, s, n) for s, n in [(1, "sql"), (2, "math")]]
+    manifest, info = _dense_pool(tmp_path, model, tok, base, experts)
+    man = write_low_rank_pool(manifest, "ft-r4", "general", 4)
+    assert man.names == ["general", "sql", "math"]
+    loaded = load_pool(tmp_path / "pools" / "ft-r4.yaml", info)  # hashes and configs checked against the target
+    assert [d.lowrank for d in loaded.drafters] == [{}, {"base": "general", "rank": 4}, {"base": "general", "rank": 4}]
+    raw = yaml.safe_load((tmp_path / "pools" / "ft-r4.yaml").read_text())
+    assert "lowrank" not in raw["drafters"][0] and raw["drafters"][1]["lowrank"] == {"base": "general", "rank": 4}
+    cfg = {"pool": {"name": "ft-r4", "manifest": str(tmp_path / "pools" / "ft-r4.yaml")}, "target": {"name": "tiny"}}
+    pool = build_pool(cfg, model, tok)
+    assert [type(d).__name__ for d in pool.drafters] == ["Eagle3Drafter", "LowRankDrafter", "LowRankDrafter"]
+    want = LowRankDrafter.from_expert(base, experts[0], 4)
+    for key in MATRICES:  # what SGLang would load (dense model.safetensors) is the rank-4 expert
+        assert torch.allclose(Eagle3Drafter.load(loaded.drafter_path("sql")).weights[key], want.weights[key])
+        assert torch.allclose(pool.drafters[1].weights[key], want.weights[key])
+    with pytest.raises(FileExistsError, match="ft-r4.yaml exists"):
+        write_low_rank_pool(manifest, "ft-r4", "general", 4)
+    with pytest.raises(ValueError, match="already low-rank"):
+        write_low_rank_pool(tmp_path / "pools" / "ft-r4.yaml", "again", "general", 4)
+    with pytest.raises(ValueError, match=r"base='nope': pool 'ft' .* has no such drafter"):
+        write_low_rank_pool(manifest, "ft-x", "nope", 4)
+    with pytest.raises(ValueError, match=r"drafters=\['nope'\]: pool 'ft' has no drafter\(s\) \['nope'\]"):
+        write_low_rank_pool(manifest, "ft-x", "general", 4, drafters=["nope"])
+    assert not (tmp_path / "pools" / "ft-x.yaml").exists()
+    sub = write_low_rank_pool(manifest, "ft-sub", "general", 4, drafters=["math"])
+    assert sub.names == ["general", "math"]
+
+
+def test_tampered_factors_or_weights_are_refused(tiny, tmp_path):
+    model, tok, base = tiny
+    manifest, _ = _dense_pool(tmp_path, model, tok, base, [_expert(base, 1, "sql")])
+    write_low_rank_pool(manifest, "ft-r2", "general", 2)
+    d = tmp_path / "pools" / "ft-r2" / "sql"
+    factors = load_file(str(d / FACTORS_FILE))
+    factors["midlayer.self_attn.q_proj.weight.a"] *= 3
+    save_file(factors, str(d / FACTORS_FILE), metadata={"base": "general", "rank": "2"})
+    with pytest.raises(CorruptCheckpointError, match=r"drafter 'sql': q in model.safetensors is not base 'general'"):
+        LowRankDrafter.load_factors(d, base, "sql")
+    save_file(factors, str(d / FACTORS_FILE), metadata={"base": "python", "rank": "2"})
+    with pytest.raises(ValueError, match=r"deltas of base 'python', not of 'general'"):
+        LowRankDrafter.load_factors(d, base, "sql")
+    (d / FACTORS_FILE).unlink()
+    with pytest.raises(ValueError, match=r"drafter 'sql': .*lowrank.safetensors not found"):
+        LowRankDrafter.load_factors(d, base, "sql")
+
+
+def test_manifest_lowrank_field_is_checked(tiny, tmp_path):
+    model, tok, base = tiny
+    manifest, _ = _dense_pool(tmp_path, model, tok, base, [_expert(base, 1, "sql")])
+    raw = yaml.safe_load(manifest.read_text())
+    for low, match in [
+        ({"base": "sql", "rank": 2}, r"lowrank.base='sql' must name another, dense drafter"),
+        ({"base": "nope", "rank": 2}, r"lowrank.base='nope'"),
+        ({"base": "general", "rank": 0}, r"lowrank.rank=0 must be a positive integer or 'full'"),
+        ({"base": "general"}, r"field lowrank must be \{base: <drafter>, rank: <r>\}"),
+    ]:
+        raw["drafters"][1]["lowrank"] = low
+        bad = tmp_path / "pools" / "bad.yaml"
+        bad.write_text(yaml.safe_dump(raw))
+        with pytest.raises(ValueError, match=match):
+            load_pool(bad, check_files=False)
