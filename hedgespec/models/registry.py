@@ -35,14 +35,30 @@ def load_target(name_or_cfg: str | TargetSpec | dict[str, Any] | Any, **override
         d.update(overrides)
         spec = TargetSpec(**d)
     if spec.kind == "hf":
-        return _load_hf(spec)  # pins the thinking switch before the weights load
+        model, tok = _load_hf(spec)  # pins the thinking switch before the weights load
+        return cast_for_compute(model, spec.compute_dtype), tok
     if spec.kind == "tiny":
         from .tiny import build_tiny_target  # lazy: .tiny imports torch; hedgespec.models stays torch-free
 
         model, tok = build_tiny_target(spec.arch, seed=spec.seed, dtype=spec.dtype, device=spec.device)
     else:
         model, tok = load_smollm2(spec.cache_dir, dtype=spec.dtype, device=spec.device)
-    return model, pin_thinking(tok, spec.thinking, spec.name)
+    return cast_for_compute(model, spec.compute_dtype), pin_thinking(tok, spec.thinking, spec.name)
+
+
+def cast_for_compute(model: Any, compute_dtype: str | None) -> Any:
+    """``model`` cast to ``compute_dtype`` (None: unchanged), keeping the fingerprint of the weights as loaded."""
+    if compute_dtype is None:
+        return model
+    import torch
+
+    want = getattr(torch, compute_dtype)
+    if model.dtype == want:
+        return model
+    from .fingerprint import target_fingerprint
+
+    target_fingerprint(model)  # computed (or read) on the loaded weights, cached on the object, before the cast
+    return model.to(want)
 
 
 def _load_hf(spec: TargetSpec) -> tuple[Any, Any]:

@@ -45,7 +45,13 @@ class TargetSpec:
         kind: ``smollm2`` | ``tiny`` | ``hf``.
         hf_id: Hugging Face repo id or local path (kind ``hf``); for ``smollm2`` the upstream id, for provenance.
         revision: optional HF revision (kind ``hf``).
-        dtype: ``float32`` | ``bfloat16`` | ``float16`` | ``auto``.
+        dtype: ``float32`` | ``bfloat16`` | ``float16`` | ``auto``: the dtype the weights load in, which is the
+            target's identity (its fingerprint, :mod:`hedgespec.models.fingerprint`).
+        compute_dtype: the dtype the loaded target is cast to and computes in (``None``: ``dtype``), like
+            SGLang's ``--dtype``: a pool trained on the float32 target runs with a bfloat16 cast of it (the
+            fingerprint stays the loaded weights'). Speculative outputs are then greedy in the cast model's
+            verification numerics, which differ with the number of rows verified, so they may differ from
+            one-token-at-a-time decoding of the same cast (the bench's ``plain_match_rate`` counts how often).
         device: torch device string for the loaded model.
         seed: initialisation seed (kind ``tiny``).
         arch: architecture (kind ``tiny``).
@@ -63,6 +69,7 @@ class TargetSpec:
     hf_id: str | None = None
     revision: str | None = None
     dtype: str = "float32"
+    compute_dtype: str | None = None
     device: str = "cpu"
     seed: int = 0
     arch: TinyArch = field(default_factory=TinyArch)
@@ -78,6 +85,10 @@ class TargetSpec:
             raise ValueError(f"target {self.name!r} has kind=hf but no hf_id; set hf_id to a HF repo id or local path")
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
             raise ValueError(f"target dtype={self.dtype!r} is unknown; expected float32, bfloat16, float16 or auto")
+        if self.compute_dtype not in (None, "float32", "bfloat16", "float16"):
+            raise ValueError(
+                f"target compute_dtype={self.compute_dtype!r} is unknown; expected null, float32, bfloat16 or float16"
+            )
         if self.num_layers is not None and (isinstance(self.num_layers, bool) or int(self.num_layers) < 1):
             raise ValueError(f"target num_layers={self.num_layers!r} must be a positive layer count (or null)")
         check_thinking(self.thinking, self.name)
