@@ -11,7 +11,8 @@ present. The default budget (8 examples x 256 new tokens) fits the embedded Smol
 many requests at once (server path: the server batches them).
 A target with a chat-template thinking switch set (``target.thinking``, Qwen3) renders its prompts with it: the
 loaded tokenizer has it fixed, requests to a server carry it as ``chat_template_kwargs``, and the answers go to
-``regen/<split>.<target>.think.jsonl`` or ``.nothink.jsonl``, so the two settings never share a resumed file.
+``regen/<split>.<target>.think.jsonl`` or ``.nothink.jsonl``, so the two settings never share a resumed file; a target
+with ``compute_dtype`` (cast after loading) adds ``.<compute_dtype>`` (``train.smollm2.bfloat16.jsonl``).
 """
 
 from __future__ import annotations
@@ -150,9 +151,20 @@ def _thinking_of(target: Any) -> bool | None:
     return check_thinking(value, _target_name(target, None))
 
 
-def output_stem(target_name: str, thinking: bool | None) -> str:
-    """``<target>`` or ``<target>.think`` / ``<target>.nothink``: the file stem of one target's answers."""
-    return target_name if thinking is None else f"{target_name}.{'think' if thinking else 'nothink'}"
+def _compute_of(target: Any) -> str | None:
+    """The target's ``compute_dtype`` (None: it computes in the dtype it loads in, or the name is unknown)."""
+    if isinstance(target, str):
+        known = target.startswith("hf:") or target in hedgespec.models.BUILTIN_TARGETS
+        return hedgespec.models.resolve_target(target).compute_dtype if known else None
+    value = target.get("compute_dtype") if hasattr(target, "get") else getattr(target, "compute_dtype", None)
+    return None if value is None else str(value)
+
+
+def output_stem(target_name: str, thinking: bool | None, compute_dtype: str | None = None) -> str:
+    """``<target>[.think|.nothink][.<compute_dtype>]``: the file stem of one target's answers (a target cast to
+    another dtype answers in other numerics, so its answers never resume into the loaded dtype's file)."""
+    stem = target_name if thinking is None else f"{target_name}.{'think' if thinking else 'nothink'}"
+    return stem if compute_dtype is None else f"{stem}.{compute_dtype}"
 
 
 def _prompt_of(rec: dict[str, Any]) -> list[dict[str, str]]:
@@ -198,7 +210,7 @@ def regenerate(
             f"regen.batch_size={batch_size} must be >= 1"
         )
     thinking = _thinking_of(target)
-    name = output_stem(_target_name(target, target_name), thinking)  # with a url, the server serves this target
+    name = output_stem(_target_name(target, target_name), thinking, _compute_of(target))  # a url serves this target
     out_dir = domain_dir / "regen"
     out_dir.mkdir(exist_ok=True)
     out = out_dir / f"{split}.{name}.jsonl"

@@ -108,6 +108,16 @@ def test_transformers_path_with_tiny_target(sql_dir) -> None:
     assert len(recs) + len(skipped) == 2
     for r in recs:
         validate_record(r)
+    # the target cast to bfloat16 answers into its own file, never resumed into the float32 one
+    cast = regenerate(
+        sql_dir,
+        target={"name": "tiny", "kind": "tiny", "compute_dtype": "bfloat16"},
+        max_examples=2,
+        max_new_tokens=6,
+        progress=False,
+    )
+    assert cast.name == "train.tiny.bfloat16.jsonl" and out.is_file()
+    assert json.loads((cast.parent / "train.tiny.bfloat16.json").read_text())["target"] == "tiny.bfloat16"
 
 
 def test_missing_split_is_clear(tmp_path) -> None:

@@ -380,8 +380,10 @@ def _regenerated(
 
 
 def regenerated_path(cfg: Mapping[str, Any], domain_dir: Path) -> Path:
-    """``<domain dir>/regen/train.<target>[.think|.nothink].jsonl``: the answers ``data.regenerated`` trains on."""
-    stem = recipe_regen.output_stem(_target_name(cfg), resolve_target(target_config(cfg)).thinking)
+    """``<domain dir>/regen/train.<target>[.think|.nothink][.<compute dtype>].jsonl``: the answers
+    ``data.regenerated`` trains on."""
+    spec = resolve_target(target_config(cfg))
+    stem = recipe_regen.output_stem(_target_name(cfg), spec.thinking, spec.compute_dtype)
     return domain_dir / "regen" / f"train.{stem}.jsonl"
 
 
