@@ -12,6 +12,8 @@ per section below, and the blocks those sections use), the paper's numbers, each
 * ``overhead`` — measured selection overhead and the engine micro-benchmark's profile estimate;
 * ``label_efficient`` — label-efficient HedgeSpec: the simulator's ε sweep and the engine's ε runs
   (``label_efficient/``);
+* ``lowrank`` — low-rank expert pools: MAT per rank and the evaluation's cost (``lowrank/``,
+  :mod:`hedgespec.bench.results_lowrank`);
 * ``table4`` — the offline router's accuracy under the prompt shift (Table 4 analog);
 * ``pipeline`` — runs on other pools than the embedded one (pipeline checks).
 """
@@ -30,6 +32,7 @@ from typing import Any
 import yaml
 
 from hedgespec.bench.collect import load_results_dir
+from hedgespec.bench.results_lowrank import lowrank_section
 from hedgespec.bench.tables import (
     MAT_GOALS,
     OVERHEAD_GOAL,
@@ -182,6 +185,7 @@ def results_markdown(results_dir: str | Path, embedded_pool: str = "smollm2") ->
         "sim": sim_section(doc),
         "overhead": overhead_section(doc),
         "label_efficient": label_efficient_section(doc),
+        "lowrank": lowrank_section(doc),
         "table4": table4_section(doc),
         "pipeline": pipeline_section(doc),
     }

@@ -1,0 +1,113 @@
+"""The low-rank pools section of docs/RESULTS.md (``docs/results/lowrank/``).
+
+Reads ``mat_matrix_<kind>.json`` (``scripts/report.py mat-matrix`` over ``workload=domain oracle_probe=true``
+runs of one pool; ``<kind>`` is ``dense`` for the fine-tuned experts as trained, ``r<rank>`` or ``rfull`` for
+the low-rank pools written from them by ``scripts/lowrank_pool.py``) and ``bench_engine.json``
+(``scripts/bench_engine.py --ranks ...``: the pool evaluation's time and the parameters it reads).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+#: goal: experts keep this share of the full experts' in-domain MAT ...
+KEEP_GOAL = 0.97
+#: ... while one pool evaluation of N=8 drafters reads at most this many heads' weights
+READ_GOAL = 1.3
+GOAL_N = 8
+DIR = "lowrank"
+_KIND = re.compile(r"mat_matrix_(dense|rfull|r\d+)\.json$")
+
+
+def _rank_of(kind: str) -> float:
+    return 0.0 if kind == "dense" else (float("inf") if kind == "rfull" else float(kind[1:]))
+
+
+def _label(kind: str) -> str:
+    return "dense experts (as trained)" if kind == "dense" else ("full rank" if kind == "rfull" else f"r = {kind[1:]}")
+
+
+def in_domain(matrix: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Each domain's expert on its own domain (drafters named after their domain)."""
+    return {d: float(row[d]) for d, row in matrix.items() if d in row}
+
+
+def cross_domain(matrix: Mapping[str, Mapping[str, float]]) -> float | None:
+    """Mean MAT of the experts on the other experts' domains."""
+    vals = [float(m) for d, row in matrix.items() if d in row for e, m in row.items() if e != d]
+    return sum(vals) / len(vals) if vals else None
+
+
+def generalist(matrix: Mapping[str, Mapping[str, float]], name: str = "general") -> float | None:
+    row = matrix.get(name) or {}
+    return sum(row.values()) / len(row) if row else None
+
+
+def read_at(bench: list[Mapping[str, Any]] | None, kind: str, n: int = GOAL_N) -> tuple[float, float, float] | None:
+    """(weights read × one head, evaluation ms, × the dense pool of the same N) at N=n from bench_engine.json."""
+    if not bench:
+        return None
+    res = bench[0]
+    dense = (res.get("pool") or {}).get(str(n))
+    if kind == "dense" or kind == "rfull":
+        if dense is None:
+            return None
+        return float(dense.get("weights_read_x_one_head", n)), dense["evaluate_s"] * 1e3, 1.0
+    low = ((res.get("lowrank") or {}).get(kind[1:]) or {}).get(str(n))
+    if low is None:
+        return None
+    return float(low["weights_read_x_one_head"]), low["evaluate_s"] * 1e3, float(low["x_dense_evaluate"])
+
+
+def lowrank_section(doc: Any) -> list[str]:
+    """Table: in-domain MAT per rank next to the dense experts, cross-domain and generalist MAT, evaluation cost."""
+    files = sorted(p for p in (doc.results_dir / DIR).glob("mat_matrix_*.json") if _KIND.search(p.name))
+    mats = {_KIND.search(p.name).group(1): doc.json(f"{DIR}/{p.name}") for p in files}  # type: ignore[union-attr]
+    if "dense" not in mats:
+        return [doc.say("lowrank_missing"), ""]
+    bench = doc.json(f"{DIR}/bench_engine.json")
+    ref = in_domain(mats["dense"])
+    domains = list(ref)
+    out = [
+        doc.say("lowrank_intro", n=GOAL_N),
+        "",
+        "| pool | " + " | ".join(domains) + " | in-domain mean | × dense experts | cross-domain | generalist "
+        f"| N={GOAL_N} evaluation reads (× one head) | N={GOAL_N} evaluation ms (× dense) |",
+        "|---" * (len(domains) + 7) + "|",
+    ]
+    best: tuple[float, str] | None = None
+    ref_mean = sum(ref.values()) / len(ref)
+    for kind in sorted(mats, key=_rank_of):
+        m = mats[kind]
+        ind = in_domain(m)
+        mean = sum(ind.values()) / len(ind)
+        keep = min(ind[d] / ref[d] for d in domains if d in ind)
+        cost = read_at(bench, kind)
+        cells = [f"{ind.get(d, float('nan')):.3f}" for d in domains]
+        cross, gen = cross_domain(m), generalist(m)
+        out.append(
+            f"| {_label(kind)} | "
+            + " | ".join(cells)
+            + f" | {mean:.3f} | {mean / ref_mean:.3f} (worst domain {keep:.3f}) | "
+            + ("–" if cross is None else f"{cross:.3f}")
+            + " | "
+            + ("–" if gen is None else f"{gen:.3f}")
+            + " | "
+            + ("–" if cost is None else f"{cost[0]:.2f}")
+            + " | "
+            + ("–" if cost is None else f"{cost[1]:.1f} ({cost[2]:.2f})")
+            + " |"
+        )
+        if kind.startswith("r") and kind != "rfull" and cost is not None and mean / ref_mean >= KEEP_GOAL:
+            if cost[0] <= READ_GOAL and (best is None or cost[0] < best[0]):
+                best = (cost[0], kind)
+    out += ["", doc.say("lowrank_goal", keep=f"{KEEP_GOAL:.0%}", reads=READ_GOAL, n=GOAL_N, met=_goal_words(best))]
+    return out + [""]
+
+
+def _goal_words(best: tuple[float, str] | None) -> str:
+    if best is None:
+        return "missed: no measured rank meets both"
+    return f"met at {_label(best[1])} ({best[0]:.2f} × one head)"
