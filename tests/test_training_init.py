@@ -80,7 +80,9 @@ def test_target_head_init_then_fine_tune_from_a_drafter(tmp_path: Path) -> None:
     math = train_drafter(
         compose_train(
             tmp_path,
-            *tiny_overrides("domain=math", "train.draft.init=general", "train.draft.vocab=init", "train.overwrite=true"),
+            *tiny_overrides(
+                "domain=math", "train.draft.init=general", "train.draft.vocab=init", "train.overwrite=true"
+            ),
         )
     )
     got = _state(math.export_dir)
@@ -109,7 +111,9 @@ def test_bad_init_is_refused_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="expected scratch, target_head or a drafter name"):
         train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.init='../x'")))
     with pytest.raises(ValueError, match=r"train.draft.vocab=init needs train.draft.init=<drafter of this pool>"):
-        train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.init=target_head", "train.draft.vocab=init")))
+        train_drafter(
+            compose_train(tmp_path, *tiny_overrides("train.draft.init=target_head", "train.draft.vocab=init"))
+        )
     with pytest.raises(ValueError, match=r"train.draft.vocab='theirs': expected one of own, init"):
         train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.vocab=theirs")))
     assert not (tmp_path / "outputs").exists(), "nothing was written"
