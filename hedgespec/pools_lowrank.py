@@ -10,13 +10,22 @@ keeps every entry's provenance and adds ``lowrank: {base, rank}`` to the experts
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hedgespec.engine.eagle3 import Eagle3Drafter
 from hedgespec.engine.lowrank import LowRankDrafter, check_rank
 from hedgespec.io import atomic_dir
 from hedgespec.pools import PoolManifest, load_pool, pool_path, save_pool, weights_hash
+
+
+@dataclass(frozen=True)
+class LowRankPool:
+    """The written manifest and, per expert, the share of its delta the rank keeps
+    (:func:`hedgespec.engine.lowrank.delta_kept`)."""
+
+    manifest: PoolManifest
+    delta_kept: dict[str, float]
 
 
 def write_low_rank_pool(
@@ -26,7 +35,7 @@ def write_low_rank_pool(
     rank: int | str | None,
     overwrite: bool = False,
     drafters: list[str] | None = None,
-) -> PoolManifest:
+) -> LowRankPool:
     """``<source dir>/<out_pool>.yaml`` and ``<source dir>/<out_pool>/<drafter>/`` from the pool at ``source``.
 
     ``drafters``: the source drafters to keep, in pool order (None: all; the base is always kept).
@@ -78,4 +87,4 @@ def write_low_rank_pool(
         )
     manifest = PoolManifest(out_pool, man.target, dict(man.decoding), tuple(entries), out.parent)
     save_pool(manifest, out)
-    return manifest
+    return LowRankPool(manifest, {n: float(e.delta_kept or 0.0) for n, e in experts.items()})

@@ -35,14 +35,17 @@ def main(cfg: DictConfig) -> None:
     try:
         source = source_manifest(cfg)
         keep = None if cfg.get("drafters") is None else [str(d) for d in cfg.drafters]
-        man = write_low_rank_pool(
+        written = write_low_rank_pool(
             source, str(cfg.out), str(cfg.base), cfg.rank, overwrite=bool(cfg.overwrite), drafters=keep
         )
     except (ValueError, FileExistsError, FileNotFoundError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from err
+    man = written.manifest
     out = source.parent / f"{man.pool}.yaml"
     print(f"wrote {out}: {len(man.drafters)} drafters, base {cfg.base!r}, rank {cfg.rank}")
+    for name, kept in written.delta_kept.items():
+        print(f"  {name}: keeps {kept:.3f} of its delta from {cfg.base!r} (1 - relative Frobenius error)")
     print(
         f"use it with: pool={cfg.pool.name if cfg.get('pool') else '<pool>'} ++pool.manifest={out} pool.name={man.pool}"
     )

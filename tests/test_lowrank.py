@@ -60,6 +60,13 @@ def test_truncation_error_is_eckart_young(tiny):
     expert = _expert(base, 1, "sql")
     for rank in (1, 4, 16):
         low = LowRankDrafter.from_expert(base, expert, rank)
+        spectra = [
+            np.linalg.svd((expert.weights[k] - base.weights[k]).double().numpy(), compute_uv=False) for k in MATRICES
+        ]
+        lost = sum(float((sv[rank:] ** 2).sum()) for sv in spectra)
+        assert low.delta_kept == pytest.approx(
+            1 - np.sqrt(lost / sum(float((sv**2).sum()) for sv in spectra)), rel=1e-6
+        )
         for key in MATRICES:
             delta = (expert.weights[key] - base.weights[key]).double().numpy()
             s = np.linalg.svd(delta, compute_uv=False)
@@ -146,7 +153,9 @@ def test_written_pool_loads_as_low_rank_and_serves_dense_weights(tiny, tmp_path)
     model, tok, base = tiny
     experts = [_expert(base, s, n) for s, n in [(1, "sql"), (2, "math")]]
     manifest, info = _dense_pool(tmp_path, model, tok, base, experts)
-    man = write_low_rank_pool(manifest, "ft-r4", "general", 4)
+    written = write_low_rank_pool(manifest, "ft-r4", "general", 4)
+    man = written.manifest
+    assert set(written.delta_kept) == {"sql", "math"} and all(0 < v < 1 for v in written.delta_kept.values())
     assert man.names == ["general", "sql", "math"]
     loaded = load_pool(tmp_path / "pools" / "ft-r4.yaml", info)  # hashes and configs checked against the target
     assert [d.lowrank for d in loaded.drafters] == [{}, {"base": "general", "rank": 4}, {"base": "general", "rank": 4}]
@@ -168,7 +177,7 @@ def test_written_pool_loads_as_low_rank_and_serves_dense_weights(tiny, tmp_path)
     with pytest.raises(ValueError, match=r"drafters=\['nope'\]: pool 'ft' has no drafter\(s\) \['nope'\]"):
         write_low_rank_pool(manifest, "ft-x", "general", 4, drafters=["nope"])
     assert not (tmp_path / "pools" / "ft-x.yaml").exists()
-    sub = write_low_rank_pool(manifest, "ft-sub", "general", 4, drafters=["math"])
+    sub = write_low_rank_pool(manifest, "ft-sub", "general", 4, drafters=["math"]).manifest
     assert sub.names == ["general", "math"]
 
 

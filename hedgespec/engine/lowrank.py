@@ -132,13 +132,16 @@ class LowRankDrafter(Eagle3Drafter):
             weights[short] = (base.weights[short].t() + a.float() @ b.float()).t().contiguous()
         super().__init__(base.config, weights, base.d2t, base.t2d, name=name)
         self.base, self.rank = base, rank
+        self.delta_kept: float | None = None  # set by from_expert (see delta_kept)
         self.factors = {k: (a.float(), b.float()) for k, (a, b) in factors.items()}
 
     @classmethod
     def from_expert(cls, base: Eagle3Drafter, expert: Eagle3Drafter, rank: int | None) -> LowRankDrafter:
         """Truncate ``expert``'s deltas from ``base`` to ``rank`` (None: every singular value)."""
         norms = {k: v for k, v in expert.weights.items() if k not in MATRICES}
-        return cls(base, factorize(base, expert, rank), norms, check_rank(rank), expert.name)
+        low = cls(base, factorize(base, expert, rank), norms, check_rank(rank), expert.name)
+        low.delta_kept = delta_kept(base, expert, low)
+        return low
 
     @classmethod
     def load_factors(cls, path: str | os.PathLike[str], base: Eagle3Drafter, name: str) -> LowRankDrafter:
@@ -190,6 +193,14 @@ class LowRankDrafter(Eagle3Drafter):
             save_file(factors, os.path.join(tmp, FACTORS_FILE), metadata=meta)
             with open(os.path.join(tmp, "config.json"), "w") as fh:
                 json.dump(self.config.raw, fh, indent=2, sort_keys=True)
+
+
+def delta_kept(base: Eagle3Drafter, expert: Eagle3Drafter, low: Eagle3Drafter) -> float:
+    """Share of the expert's delta from ``base`` that ``low`` keeps: 1 - ||W_e - W_low||_F / ||W_e - W_base||_F
+    over all matrices (1.0 at full rank; 1.0 for an expert equal to its base)."""
+    lost = sum(float(((expert.weights[k] - low.weights[k]).double() ** 2).sum()) for k in MATRICES)
+    total = sum(float(((expert.weights[k] - base.weights[k]).double() ** 2).sum()) for k in MATRICES)
+    return 1.0 if total == 0.0 else 1.0 - (lost / total) ** 0.5
 
 
 class LowRankStack:
