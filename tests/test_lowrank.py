@@ -94,13 +94,14 @@ def test_factored_forward_equals_the_dense_forward_of_the_same_weights(tiny):
     dense_pool = DrafterPool([base, *[_dense(d) for d in low]], model)  # the rank-r weights materialised
     rows = _rows(model, dense_pool)
     assert torch.allclose(low_pool.evaluate(*rows), dense_pool.evaluate(*rows), atol=1e-4)
-    # a subset of heads (the chosen head's draft step) through the same factors
+    # a subset of heads through the same factors, and one head's draft step (its dense rank-r weights)
     tok, feat, emb = rows
     pos = torch.tensor([low_pool.length])
-    f = low_pool.features(feat[-1:], [2])
-    a = low_pool.run([2], emb[:, -1:], f, True, pos)[0]
-    b = dense_pool.run([2], emb[:, -1:], f, True, pos)[0]
-    assert torch.allclose(a, b, atol=1e-4)
+    for sel in ([1, 3], [2]):
+        f = low_pool.features(feat[-1:], sel)
+        a = low_pool.run(sel, emb[:, -1:], f, True, pos)[0]
+        b = dense_pool.run(sel, emb[:, -1:], f, True, pos)[0]
+        assert torch.allclose(a, b, atol=1e-4)
     # the factored pool reads the base once plus the factors
     assert weights_read(low_pool.w) < weights_read(dense_pool.w)
 

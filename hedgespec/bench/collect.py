@@ -12,7 +12,7 @@ from typing import Any
 
 from hedgespec.bench.metrics import RESULT_FORMAT, validate_result
 from hedgespec.bench.tables import collection_table, goals, goals_table, with_fixed_mats
-from hedgespec.io import write_json_atomic, write_text_atomic
+from hedgespec.io import portable_paths, write_json_atomic, write_text_atomic
 from hedgespec.plots import plot_bench_regret, plot_mat_by_domain
 
 #: per-run fields copied into ``summary.json`` (besides the pool name and the file's path)
@@ -93,7 +93,8 @@ def write_collection(results: Sequence[Mapping[str, Any]], out_dir: str | Path) 
         text += "\n## Reproduction goals, measured ratios\n\n" + goals_table(g)
     files = {"table.md": str(write_text_atomic(text, out_dir / "table.md"))}
     summary = [{k: r[k] for k in SUMMARY_KEYS} | {"pool": r["pool"]["name"], "path": r.get("_path")} for r in results]
-    files["summary.json"] = str(write_json_atomic({"runs": summary, "goals": g}, out_dir / "summary.json"))
+    summary_doc = portable_paths({"runs": summary, "goals": g})  # committed summaries name no machine paths
+    files["summary.json"] = str(write_json_atomic(summary_doc, out_dir / "summary.json"))
     for key, rs in _figure_groups(results).items():
         mat_png, regret_png = f"mat_by_domain_{key}.png", f"regret_{key}.png"
         files[mat_png] = str(plot_mat_by_domain(rs, out_dir / mat_png, f"MAT per domain ({key})"))

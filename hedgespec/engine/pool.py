@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from hedgespec.engine.eagle3 import Eagle3Drafter, stacked_forward
-from hedgespec.engine.lowrank import stack_pool_weights
+from hedgespec.engine.eagle3 import Eagle3Drafter, stack_weights, stacked_forward
+from hedgespec.engine.lowrank import LowRankStack, stack_pool_weights
 from hedgespec.engine.target import TargetModel
 
 
@@ -83,6 +83,13 @@ class DrafterPool:
         params = getattr(target, "parameters", None)
         self.device = next(params()).device if callable(params) else torch.device("cpu")
         self.w = stack_pool_weights(drafters, dtype=dtype, device=self.device)  # low-rank when one base's variants
+        # a low-rank pool also keeps its heads dense for one head's draft steps (the base plus rank-r factors cost
+        # more than one dense head there; the factored form pays off only when many heads share the base)
+        self._w_single = (
+            stack_weights(drafters, dtype=dtype, device=self.device)
+            if any(isinstance(v, LowRankStack) for v in self.w.values())
+            else self.w
+        )
         self.eps = c0.rms_norm_eps
         self.n_heads, self.n_kv, self.head_dim = c0.num_attention_heads, c0.num_key_value_heads, c0.head_dim
         vd = self.w["lm_head"].shape[-1]
@@ -165,7 +172,7 @@ class DrafterPool:
         if all_heads:
             w = self.w
         elif len(sel) == 1:  # a view, not a copy of the head's weights (same values and strides)
-            w = {k: t[sel[0] : sel[0] + 1] for k, t in self.w.items()}
+            w = {k: t[sel[0] : sel[0] + 1] for k, t in self._w_single.items()}
         else:
             w = {k: t[sel] for k, t in self.w.items()}
         upto = self.length if upto is None else upto
