@@ -224,9 +224,6 @@ class LowRankStack:
             return y.contiguous() if shared else y
         return y + torch.bmm(torch.bmm(x, self.a), self.b)
 
-    def dense(self) -> torch.Tensor:
-        return self.base + torch.bmm(self.a, self.b)
-
 
 def common_base(drafters: Sequence[Eagle3Drafter]) -> Eagle3Drafter | None:
     """The one base every drafter is (or is a :class:`LowRankDrafter` of), else None (a dense pool)."""
