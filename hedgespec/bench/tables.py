@@ -2,7 +2,9 @@
 
 * :func:`run_table` — one run's per-domain table (``results.md`` in the run dir).
 * :func:`group_runs` / :func:`seed_mean` / :func:`collection_table` — many runs grouped by (pool, workload,
-  backend, selector), mean ± 95% t-interval over seeds, ratios to the oracle and the generalist (``eagle``).
+  backend, selector, settings), mean ± 95% t-interval over seeds, ratios to the oracle and the generalist
+  (``eagle``) of the same settings; :func:`run_settings` names what else tells runs apart (a target dtype, the
+  decoding shape, a selector option), so runs that differ in more than their seed are never pooled as seeds.
 * :func:`goals` / :func:`goals_table` — the reproduction goals (HedgeSpec's MAT against the oracle, the
   generalist and the bandits; the selection overhead) as measured ratios.
 * :func:`pooled_fixed_mats` / :func:`mat_matrix` — every fixed drafter's MAT pooled over a domain's requests
@@ -15,6 +17,8 @@ Pure functions of result dicts (schema :data:`hedgespec.bench.metrics.RESULT_FOR
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,7 +32,25 @@ MAT_GOALS = (("oracle", 0.97), ("eagle", 1.25), ("ucbspec", 1.2), ("exp3spec", 1
 #: the reproduction goal on the selection overhead (share of round time)
 OVERHEAD_GOAL = 0.10
 
-RunKey = tuple[str, str, str, str]
+RunKey = tuple[str, str, str, str, str, str]
+
+#: config sections (of a result's ``config``) whose values make two runs different rows, not seeds of one row
+SETTING_SECTIONS = (
+    "target",
+    "decoding",
+    "sampling",
+    "workload",
+    "backend",
+    "max_new_tokens",
+    "max_prompt_tokens",
+    "chat_template",
+    "stop_at_eos",
+    "data.source",
+)
+#: leaves of those sections that name or reach a run rather than set it (the name is in the key already)
+SETTING_IGNORED = frozenset(
+    {"name", "label", "url", "timeout_s", "check_selector", "drafters", "cache_dir", "progress", "hf_id"}
+)
 
 
 def fmt(x: Any, nd: int = 2, pct: bool = False) -> str:
@@ -95,12 +117,89 @@ def run_table(res: Mapping[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------ collections
+def _leaves(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if k not in SETTING_IGNORED:
+                _leaves(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value if isinstance(value, str) else json.dumps(value)
+
+
+def _config_at(cfg: Mapping[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = cfg.get(part) if isinstance(cfg, Mapping) else None
+    return cfg
+
+
+def _settings(res: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """A run's (global settings, selector options) as flat ``dotted.key -> value`` maps."""
+    cfg = res.get("config") or {}
+    glob: dict[str, str] = {}
+    for section in SETTING_SECTIONS:
+        _leaves(section, _config_at(cfg, section), glob)
+    sel: dict[str, str] = {}
+    _leaves("selector", cfg.get("selector") or {}, sel)
+    return glob, sel
+
+
+def _differing(maps: Sequence[Mapping[str, str]]) -> list[str]:
+    keys = sorted({k for m in maps for k in m})
+    return [k for k in keys if len({m.get(k, "–") for m in maps}) > 1]
+
+
+def _show(value: str) -> str:
+    """A setting's value in a label: long values (a prompt list) as a short digest."""
+    if len(value) <= 40:
+        return value
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:8]
+
+
+def _labels(maps: Sequence[Mapping[str, str]]) -> list[str]:
+    keys = _differing(maps)
+    return [" ".join(f"{k}={_show(m.get(k, '–'))}" for k in keys) for m in maps]
+
+
+def run_settings(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """Per run, what tells it apart from the other runs of its (pool, workload, backend) besides its selector and
+    seed, as (settings, selector options): ``key=value`` of every setting (target dtype, decoding, sampling, lengths,
+    workload size, threads) not the same in all those runs, and of every option of its selector that differs among
+    the runs of that selector there; ``""`` when nothing does. Runs with the same labels are seeds of one row."""
+    pairs = [_settings(r) for r in results]
+    out = [("", "")] * len(results)
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, r in enumerate(results):
+        groups.setdefault((r["pool"]["name"], str(r["workload"]), str(r["backend"])), []).append(i)
+    for idx in groups.values():
+        glob = _labels([pairs[i][0] for i in idx])
+        by_selector: dict[str, list[int]] = {}
+        for j, i in enumerate(idx):
+            by_selector.setdefault(str(results[i]["selector"]), []).append(j)
+        for js in by_selector.values():
+            for j, opt in zip(js, _labels([pairs[idx[j]][1] for j in js])):
+                out[idx[j]] = (glob[j], opt)
+    return out
+
+
 def group_runs(results: Sequence[Mapping[str, Any]]) -> dict[RunKey, list[Mapping[str, Any]]]:
-    """(pool, workload, backend, selector) → runs (seeds)."""
+    """(pool, workload, backend, selector, settings, selector options) → runs (seeds); the last two as
+    :func:`run_settings` labels them."""
     g: dict[RunKey, list[Mapping[str, Any]]] = {}
-    for r in results:
-        g.setdefault((r["pool"]["name"], r["workload"], r["backend"], r["selector"]), []).append(r)
+    for r, (settings, options) in zip(results, run_settings(results)):
+        g.setdefault((r["pool"]["name"], r["workload"], r["backend"], r["selector"], settings, options), []).append(r)
     return g
+
+
+def baseline_group(
+    groups: Mapping[RunKey, Sequence[Mapping[str, Any]]], key: RunKey, selector: str
+) -> Sequence[Mapping[str, Any]] | None:
+    """The runs of ``selector`` on the same pool, workload, backend and settings as ``key``: the group with no
+    selector options of its own, else the only one there is (``None`` when there is none or it is ambiguous)."""
+    pool, wl, be, _, settings, _ = key
+    same = {k[5]: v for k, v in groups.items() if k[:5] == (pool, wl, be, selector, settings)}
+    if "" in same:
+        return same[""]
+    return next(iter(same.values())) if len(same) == 1 else None
 
 
 def seed_mean(runs: Sequence[Mapping[str, Any]], key: str) -> tuple[float | None, float | None]:
@@ -112,25 +211,31 @@ def seed_mean(runs: Sequence[Mapping[str, Any]], key: str) -> tuple[float | None
     return mean_ci(vals)
 
 
-def _ratio_to(groups: Mapping[RunKey, Sequence[Mapping[str, Any]]], key: RunKey, mat: float | None) -> float | None:
-    """``mat`` over the seed-mean MAT of the group ``key`` (another selector on the same workload), if both exist."""
-    base = groups.get(key)
+def _ratio_to(
+    groups: Mapping[RunKey, Sequence[Mapping[str, Any]]], key: RunKey, selector: str, mat: float | None
+) -> float | None:
+    """``mat`` over the seed-mean MAT of ``selector``'s runs with the same settings as ``key``, if both exist."""
+    base = baseline_group(groups, key, selector)
     ref = seed_mean(base, "mat")[0] if base else None
     return mat / ref if mat and ref else None
 
 
 def collection_table(results: Sequence[Mapping[str, Any]]) -> str:
-    """Markdown: one row per (pool, workload, backend, selector), MAT mean ± 95% t-interval over seeds, plus ratios
-    to baselines (plain decoding measured in the same runs, when it was)."""
+    """Markdown: one row per (pool, workload, backend, selector, settings), MAT mean ± 95% t-interval over seeds,
+    plus ratios to baselines of the same settings (plain decoding measured in the same runs, when it was); a
+    ``settings`` column appears when some runs differ in more than their seed (:func:`run_settings`)."""
     plain = _has_plain([r["aggregate"] for r in results])
     extra = "plain tok/s | × plain | " if plain else ""
-    rows = [
-        f"| pool | workload | backend | selector | seeds | MAT (± 95% CI) | tok/s | {extra}target fwd / token | "
-        "MAT regret | accepted-token regret | ETAP regret / token | selection overhead | MAT / oracle | × eagle |",
-        "|---" * (16 if plain else 14) + "|",
-    ]
     groups = group_runs(results)
-    for (pool, wl, be, sel), runs in sorted(groups.items()):
+    labelled = any(k[4] or k[5] for k in groups)  # a settings column only when runs differ in more than seeds
+    rows = [
+        f"| pool | workload | backend | selector | {'settings | ' if labelled else ''}seeds | MAT (± 95% CI) | tok/s | "
+        f"{extra}target fwd / token | "
+        "MAT regret | accepted-token regret | ETAP regret / token | selection overhead | MAT / oracle | × eagle |",
+        "|---" * (14 + 2 * plain + labelled) + "|",
+    ]
+    for key, runs in sorted(groups.items()):
+        pool, wl, be, sel, settings, options = key
         mat, sd = seed_mean(runs, "mat")
         tps, fpt, mreg, areg, reg, ovh, vo, ptps, xp = (
             seed_mean(runs, k)[0]
@@ -147,12 +252,13 @@ def collection_table(results: Sequence[Mapping[str, Any]]) -> str:
             )
         )
         if vo is None:
-            vo = _ratio_to(groups, (pool, wl, be, "oracle"), mat)  # vs the oracle selector's run on the same workload
-        xe = _ratio_to(groups, (pool, wl, be, "eagle"), mat)
+            vo = _ratio_to(groups, key, "oracle", mat)  # vs the oracle selector's run on the same workload
+        xe = _ratio_to(groups, key, "eagle", mat)
         mat_s = fmt(mat) + (f" ± {sd:.2f}" if sd is not None else "")
         cells = f"{fmt(ptps, 1)} | {fmt(xp, 2)} | " if plain else ""
+        label = f"{' '.join(x for x in (settings, options) if x) or '–'} | " if labelled else ""
         rows.append(
-            f"| {pool} | {wl} | {be} | {sel} | {len(runs)} | {mat_s} | {fmt(tps, 1)} | {cells}{fmt(fpt, 3)} | "
+            f"| {pool} | {wl} | {be} | {sel} | {label}{len(runs)} | {mat_s} | {fmt(tps, 1)} | {cells}{fmt(fpt, 3)} | "
             f"{fmt(mreg, 3)} | {fmt(areg, 1)} | {fmt(reg, 4)} | {fmt(ovh, pct=True)} | {fmt(vo, 3)} | {fmt(xe, 3)} |"
         )
     return "\n".join(rows) + "\n"
@@ -168,15 +274,17 @@ def goals(results: Sequence[Mapping[str, Any]], workload: str = "mixed") -> list
     pool/backend, from the ``hedgespec`` runs on ``workload``."""
     out = []
     groups = group_runs(results)
-    for (pool, wl, be, sel), runs in sorted(groups.items()):
+    for key, runs in sorted(groups.items()):
+        pool, wl, be, sel = key[:4]
         if wl != workload or sel != "hedgespec":
             continue
+        pool = " ".join(x for x in (pool, key[4], key[5]) if x)  # the settings, where runs differ in more than seeds
         mat = seed_mean(runs, "mat")[0]
         # the oracle of the very same requests when the run probed it (oracle_probe=true), else an oracle run
         same = [r["aggregate"].get("oracle_mat") for r in runs]
         same_oracle = float(np.mean(same)) if same and all(x for x in same) else None
         for name, thr in MAT_GOALS:
-            g = groups.get((pool, wl, be, name))
+            g = baseline_group(groups, key, name)
             o = same_oracle if name == "oracle" and same_oracle else (seed_mean(g, "mat")[0] if g else None)
             ratio = mat / o if mat and o else None
             met = None if ratio is None else ratio >= thr
