@@ -102,6 +102,17 @@ KILLERS = {
             os.kill(os.getpid(), signal.SIGKILL)
         ex.check_export = killed
     """,
+    # inside SpecForge's training loop, right after it saved the step-4 checkpoint (of 6 steps, saved every 2)
+    "train": """
+        import specforge.training.checkpoint as ck
+        real = ck.CheckpointManager.save
+        def killed(self, shared, step, *a, **k):
+            out = real(self, shared, step, *a, **k)
+            if step == 4:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return out
+        ck.CheckpointManager.save = killed
+    """,
     # after the third of the twelve feature records is written
     "features": """
         import torch
@@ -133,12 +144,17 @@ def test_sigkill_mid_stage_then_rerun_registers_the_same_entry(tmp_path: Path, r
         assert (
             "train" in state["stages"] and _leftovers(tmp_path) and not (tmp_path / "pools" / "tiny" / "sql").exists()
         )
+    elif stage == "train":  # killed mid-training: features done, training not, the step-4 checkpoint written
+        assert "features" in state["stages"] and "train" not in state["stages"]
     else:
         assert "features" not in state["stages"]
 
     torch.set_num_threads(1)
     res = train_drafter(compose_train(tmp_path, *tiny_overrides()))  # the same command again
     assert res.final_step == 6 and _leftovers(tmp_path) == []
+    if stage == "train":  # SpecForge resumed from the step-4 checkpoint rather than starting again
+        run_cfg = yaml.safe_load((tmp_path / "outputs" / "tiny" / "sql" / "run.yaml").read_text())
+        assert str(run_cfg["training"]["resume_from"]).rstrip("/").endswith("step4"), run_cfg["training"]
     assert _entry(tmp_path) == reference
 
 
