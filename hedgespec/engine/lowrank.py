@@ -238,13 +238,14 @@ def common_base(drafters: Sequence[Eagle3Drafter]) -> Eagle3Drafter | None:
 
 def stack_pool_weights(
     drafters: Sequence[Eagle3Drafter], dtype: torch.dtype = torch.float32, device: Any = None
-) -> dict[str, Any]:
-    """The pool's stacked weights: :class:`LowRankStack` matrices when every drafter is one base's (low-rank)
-    variant, else :func:`~hedgespec.engine.eagle3.stack_weights` (dense)."""
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The pool's stacked weights for its batched pass and the dense stack (:func:`~hedgespec.engine.eagle3.
+    stack_weights`) for one head's draft steps: the same dict, unless every drafter is one base's (low-rank) variant,
+    when the batched pass gets :class:`LowRankStack` matrices (norms stay per head, shared with the dense stack)."""
+    dense = stack_weights(drafters, dtype=dtype, device=device)
     base = common_base(drafters)
     if base is None:
-        return stack_weights(drafters, dtype=dtype, device=device)
-    dense = stack_weights(drafters, dtype=dtype, device=device)  # norms per head (the matrices are replaced)
+        return dense, dense
     out: dict[str, Any] = {k: v for k, v in dense.items() if k not in MATRICES}
     for short in MATRICES:
         w = base.weights[short].t()
@@ -260,7 +261,7 @@ def stack_pool_weights(
             a.to(dtype=dtype, device=device),
             b.to(dtype=dtype, device=device),
         )
-    return out
+    return out, dense
 
 
 def weights_read(w: dict[str, Any]) -> int:

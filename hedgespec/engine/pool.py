@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from hedgespec.engine.eagle3 import Eagle3Drafter, stack_weights, stacked_forward
-from hedgespec.engine.lowrank import LowRankStack, stack_pool_weights
+from hedgespec.engine.eagle3 import Eagle3Drafter, stacked_forward
+from hedgespec.engine.lowrank import stack_pool_weights
 from hedgespec.engine.target import TargetModel
 
 
@@ -82,14 +82,10 @@ class DrafterPool:
         self.dtype = dtype
         params = getattr(target, "parameters", None)
         self.device = next(params()).device if callable(params) else torch.device("cpu")
-        self.w = stack_pool_weights(drafters, dtype=dtype, device=self.device)  # low-rank when one base's variants
-        # a low-rank pool also keeps its heads dense for one head's draft steps (the base plus rank-r factors cost
-        # more than one dense head there; the factored form pays off only when many heads share the base)
-        self._w_single = (
-            stack_weights(drafters, dtype=dtype, device=self.device)
-            if any(isinstance(v, LowRankStack) for v in self.w.values())
-            else self.w
-        )
+        # low-rank when every head is one base's variant; such a pool also keeps its heads dense for one head's
+        # draft steps (the base plus rank-r factors cost more than one dense head there; the factored form pays
+        # off only when many heads share the base)
+        self.w, self._w_single = stack_pool_weights(drafters, dtype=dtype, device=self.device)
         self.eps = c0.rms_norm_eps
         self.n_heads, self.n_kv, self.head_dim = c0.num_attention_heads, c0.num_key_value_heads, c0.head_dim
         vd = self.w["lm_head"].shape[-1]
