@@ -30,6 +30,7 @@ Progress: tqdm bars for feature generation and training; SpecForge's metrics go 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import re
@@ -639,25 +640,39 @@ def stage_data(run: TrainRun) -> None:
         "draft_vocab": run.draft_vocab,
         "train": _keyed_train(run.train),
         "init_source": file_hash(init / "model.safetensors") if init is not None else None,
+        "thinking": run.target.thinking,  # the same data rendered with the other thinking setting is another run
     }
-    if run.target.thinking is not None:  # the same data rendered with the other thinking setting is another run
-        key["thinking"] = run.target.thinking
-    run.key = json_hash(key)[:20]
+    run.key = json_hash(_without_late_defaults(key))[:20]
     _claim_run_dir(run)
+
+
+#: settings added to the run key after runs were first keyed, with the value that trains what the older runs
+#: trained: at that value a setting is left out of the key, so runs from before it keep their key (and resume)
+LATE_KEY_DEFAULTS: dict[tuple[str, ...], Any] = {
+    ("thinking",): None,
+    ("train", "draft", "vocab"): "own",
+}
+
+
+def _without_late_defaults(key: dict[str, Any]) -> dict[str, Any]:
+    """``key`` without the :data:`LATE_KEY_DEFAULTS` settings that are at (or missing, i.e. at) their default."""
+    out = copy.deepcopy(key)
+    for path, default in LATE_KEY_DEFAULTS.items():
+        *parents, leaf = path
+        node: Any = out
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node and node[leaf] == default:
+            del node[leaf]
+    return out
 
 
 def _keyed_train(train: Mapping[str, Any]) -> dict[str, Any]:
     """The training settings that define what is trained (the run key's ``train`` part).
 
-    plan_only/overwrite change what is done, not what is trained; the data source is in the data hash;
-    ``draft.vocab`` at its default ``own`` is left out, so runs from before the option keep their key.
+    plan_only/overwrite change what is done, not what is trained; the data source is in the data hash.
     """
-    keyed = {k: v for k, v in train.items() if k not in ("plan_only", "overwrite", "source")}
-    draft = dict(keyed.get("draft") or {})
-    if draft.get("vocab", "own") == "own" and "vocab" in draft:
-        del draft["vocab"]
-        keyed["draft"] = draft
-    return keyed
+    return {k: v for k, v in train.items() if k not in ("plan_only", "overwrite", "source")}
 
 
 def check_budget_fits(cfg: Mapping[str, Any], domain: str, data_path: Path, tokenizer: Any) -> None:
