@@ -12,6 +12,11 @@ Label-efficient feedback (Cesa-Bianchi, Lugosi & Stoltz 2005): a round may carry
 positions' losses are multiplied by it, Z/ε for an evaluation coin Z ~ Bernoulli(ε)), or no γ at all
 (:meth:`FeedbackLedger.add_unobserved`: weight 0). A weight-0 position still emits its loss, the zero vector,
 so every position is one learner round and a ticket's positions all come back.
+
+Late feedback: a round whose γ will come later (:meth:`FeedbackLedger.add_pending`) holds its positions open;
+:meth:`FeedbackLedger.fill` supplies the γ, and losses keep leaving in position order, so the learner gets
+exactly the loss sequence of full information, only later. Positions still open when the request ends are
+dropped like censored windows.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class FeedbackLedger:
         self._ticket: list[int] = []  # ticket of the decision covering t
         self._next_emit = 0  # first position whose loss is not yet emitted
         self._weight: list[float] | None = None  # importance weight of t; None while every weight is 1
+        self._pending: dict[int, int] = {}  # start -> emitted of the rounds whose γ comes later (fill)
 
     @property
     def verified(self) -> int:
@@ -86,6 +92,38 @@ class FeedbackLedger:
             self._gamma.append(None)  # type: ignore[arg-type]
             self._ticket.append(ticket)
         return self._emit_ready()
+
+    def add_pending(self, start: int, emitted: int, ticket: int = 0) -> list[CompletedLoss]:
+        """Record a round whose γ comes later (:meth:`fill`): its positions wait, and so do the ones after them."""
+        self._check_start(start)
+        if isinstance(emitted, bool) or not isinstance(emitted, (int, np.integer)) or emitted < 1:
+            raise ValueError(f"emitted must be an int >= 1 (a round emits at least one token), got {emitted!r}")
+        self._set_weight(1.0, int(emitted))
+        for _ in range(int(emitted)):
+            self._gamma.append(None)  # type: ignore[arg-type]
+            self._ticket.append(ticket)
+        self._pending[int(start)] = int(emitted)
+        return self._emit_ready()
+
+    def fill(self, start: int, gamma: np.ndarray) -> list[CompletedLoss]:
+        """The γ rows [emitted, N] of the pending round that started at ``start``; returns the losses now complete."""
+        if start not in self._pending:
+            raise ValueError(f"no pending round starts at position {start} (pending: {sorted(self._pending)})")
+        g = check_gammas(gamma, "gamma")
+        emitted = self._pending[start]
+        if g.shape != (emitted, self.n):
+            raise ValueError(
+                f"gamma of the round at position {start} must have shape [{emitted}, {self.n}], got {g.shape}"
+            )
+        for j, row in enumerate(g):
+            self._gamma[start + j] = row
+        del self._pending[start]
+        return self._emit_ready()
+
+    @property
+    def pending(self) -> list[int]:
+        """Starts of the rounds whose γ has not come yet (:meth:`add_pending`)."""
+        return sorted(self._pending)
 
     def _check_start(self, start: int) -> None:
         if start != self.verified:
@@ -135,10 +173,15 @@ class FeedbackLedger:
             loss = 1.0 - (1.0 + np.cumprod(window, axis=-1).sum(axis=-1)) / (self.k + 1)
         return loss if w == 1.0 else w * loss
 
+    def _known(self) -> int:
+        """Positions 0.._known()−1 have their γ (or weight 0): up to the first pending round."""
+        return min(self._pending) if self._pending else self.verified
+
     def _emit_ready(self) -> list[CompletedLoss]:
         need = 1 if self.objective == "etap" else self.k
         out: list[CompletedLoss] = []
-        while self._next_emit + need <= self.verified:  # window t..t+need−1 fully verified
+        known = self._known()
+        while self._next_emit + need <= known:  # window t..t+need−1 verified and known
             t = self._next_emit
             out.append(CompletedLoss(t, self._loss_at(t), self._ticket[t]))
             self._next_emit += 1
@@ -149,11 +192,13 @@ class FeedbackLedger:
         return set(self._ticket[self._next_emit :])
 
     def finish(self) -> list[CompletedLoss]:
-        """End of request: incomplete windows are dropped or scored with ETAP (``tail_policy``)."""
+        """End of request: incomplete windows are dropped or scored with ETAP (``tail_policy``); positions from the
+        first still pending round on have no γ and are dropped."""
         out: list[CompletedLoss] = []
         if self.tail_policy == "etap":
-            for t in range(self._next_emit, self.verified):
+            for t in range(self._next_emit, self._known()):
                 loss = 1.0 - self._gamma[t] if self._weight is None else self._weighted_loss(t, "etap")
                 out.append(CompletedLoss(t, loss, self._ticket[t]))
         self._next_emit = self.verified
+        self._pending.clear()
         return out

@@ -56,6 +56,20 @@ class BanditFeedback:
 
 
 @dataclass(frozen=True)
+class LateGamma:
+    """γ of an earlier round whose pool evaluation was skipped, delivered once every drafter has caught up.
+
+    Attributes:
+        start: the earlier round's first emitted position (its ``RoundFeedback.start``).
+        gamma: γ[u, i] for that round's emitted positions and every drafter, shape [emitted, N]; the values a
+            full evaluation of that round would have given (the lagging drafters' catch-up pass computes them).
+    """
+
+    start: int
+    gamma: np.ndarray
+
+
+@dataclass(frozen=True)
 class RoundFeedback:
     """Full-information feedback after one verification round.
 
@@ -71,6 +85,8 @@ class RoundFeedback:
         own_gamma: the chosen drafter's γ at the emitted positions, shape [emitted], when ``gamma`` is None (the
             pool was not evaluated but the chosen head was extended over the round's rows); what
             :meth:`bandit_view` hands MetaSD-UCB on such rounds.
+        late: the γ of earlier skipped rounds, oldest first, for a selector that asks for them
+            (``late_feedback = True``); a runner delivers them with the next evaluated round.
     """
 
     decision: Decision
@@ -80,6 +96,7 @@ class RoundFeedback:
     gamma: np.ndarray | None = None
     timings: dict[str, float] = field(default_factory=dict)
     own_gamma: np.ndarray | None = None
+    late: tuple[LateGamma, ...] = ()
 
     @property
     def chosen(self) -> int:

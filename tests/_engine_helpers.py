@@ -51,6 +51,7 @@ class Recorder:
     def __init__(self, inner: Any) -> None:
         self.inner, self.feedback = inner, []
         self.name, self.full_information = inner.name, inner.full_information
+        self.late_feedback = getattr(inner, "late_feedback", False)
 
     def begin_request(self, *a: Any, **kw: Any) -> None:
         self.inner.begin_request(*a, **kw)

@@ -19,6 +19,9 @@ Bookkeeping (c = tokens committed in the target cache, x_c = the *root*: last em
   ``gamma=None``; the other heads catch up lazily, in the next evaluation's pass or before they next draft
   (:meth:`DrafterPool.catch_up`). The trace records the chosen head's γ and NaN for the heads not evaluated.
   Full-counterfactual runs evaluate every round (every head drafts from every position).
+* a selector with ``late_feedback`` gets the skipped rounds' γ with the next evaluated round
+  (``RoundFeedback.late``): the catch-up pass computes the lagging heads' logits on the rows they missed, and
+  :class:`~hedgespec.engine.late.LateRounds` turns them into the γ a full evaluation would have given.
 
 Positions given to selectors (``RoundFeedback.start``) count round-emitted tokens from 0; the first token
 (produced by the prefill, before any round) is not a round's. MAT = emitted / rounds (the paper's mean
@@ -35,6 +38,7 @@ import torch
 
 from hedgespec.decoding import DecodingConfig, SamplingParams
 from hedgespec.engine.eagle3 import Eagle3Drafter
+from hedgespec.engine.late import LateRounds
 from hedgespec.engine.pool import DrafterPool
 from hedgespec.engine.records import Draft, Evaluated, RequestLog, RoundClock, SamplingState, Verified
 from hedgespec.engine.target import TargetModel
@@ -128,6 +132,7 @@ class SpeculativeEngine:
         self.eos_token_id = eos_token_id
         self.full_counterfactual = full_counterfactual
         self.last_trace: RequestTrace | None = None
+        self._late: LateRounds | None = None  # the current request's held rounds (selectors with late feedback)
 
     @property
     def k(self) -> int:
@@ -161,26 +166,20 @@ class SpeculativeEngine:
         prompt, batched = _prompt(input_ids)
         self._check_request(prompt, max_new_tokens, sampling)
         ctx, samp, clock = ctx or RequestContext(), SamplingState.start(sampling), RoundClock()
+        late = None
+        if getattr(self.selector, "late_feedback", False):
+            late = LateRounds(self.pool.n, lambda dl, tl, idx: self._gamma(dl, tl, sampling, idx))
         first, feat = self._prefill(prompt, samp)
         prefill_s = clock.lap("prefill")["prefill"]
         self.selector.begin_request(self.pool.n, self.k, ctx)
         log = RequestLog(self._header(ctx, sampling, len(prompt), max_new_tokens, first), max_new_tokens, prefill_s)
         root, done = first, first == self.eos_token_id
-        while log.remaining > 0 and not done:
-            clock.restart()
-            decision = self._select()
-            draft = self._draft(int(decision.drafter), root, feat, samp)
-            clock.lap("draft")
-            ver = self._verify(root, draft, samp)
-            clock.lap("verify")
-            ev = self._evaluate(root, feat, ver, sampling, log.remaining, decision)
-            own = ev.own(int(decision.drafter))
-            timings = clock.lap("evaluate")
-            self.selector.observe(
-                RoundFeedback(decision, ev.accepted, ev.emitted, log.generated, ev.feedback, timings, own)
-            )
-            log.add_round(decision, ev, clock.lap("update"))
-            (root, feat), done = ver.next_root(), ev.done
+        self._late = late
+        self.pool.observer = None if late is None else late.see  # after the prefill: rows of rounds only
+        try:
+            self._rounds(log, clock, root, feat, done, samp, sampling)
+        finally:
+            self.pool.observer, self._late = None, None
         self.selector.end_request()
         runs = self._runs(log.counterfactual, log.trace.tokens) if self.full_counterfactual else None
         stats = log.finish(self.selector.state_dict(), self.pool.n, self.pool.dropped, runs)
@@ -189,6 +188,33 @@ class SpeculativeEngine:
             write_traces(trace_path, [log.trace], append=True)
         result = torch.cat([prompt, torch.tensor([first] + log.trace.tokens, dtype=torch.long)])
         return (result[None] if batched else result), stats
+
+    def _rounds(
+        self,
+        log: RequestLog,
+        clock: RoundClock,
+        root: int,
+        feat: torch.Tensor,
+        done: bool,
+        samp: SamplingState,
+        sampling: SamplingParams,
+    ) -> None:
+        """Rounds of select → draft → verify → evaluate → observe until the budget or EOS."""
+        while log.remaining > 0 and not done:
+            clock.restart()
+            decision = self._select()
+            draft = self._draft(int(decision.drafter), root, feat, samp)
+            clock.lap("draft")
+            ver = self._verify(root, draft, samp)
+            clock.lap("verify")
+            ev = self._evaluate(root, feat, ver, sampling, log.remaining, decision, log.generated)
+            own = ev.own(int(decision.drafter))
+            timings = clock.lap("evaluate")
+            self.selector.observe(
+                RoundFeedback(decision, ev.accepted, ev.emitted, log.generated, ev.feedback, timings, own, ev.late)
+            )
+            log.add_round(decision, ev, clock.lap("update"))
+            (root, feat), done = ver.next_root(), ev.done
 
     # ------------------------------------------------------------------------ request setup
     def _check_request(self, prompt: torch.Tensor, max_new_tokens: int, sampling: SamplingParams) -> None:
@@ -289,12 +315,20 @@ class SpeculativeEngine:
         return ver
 
     def _evaluate(
-        self, root: int, feat: torch.Tensor, ver: Verified, sampling: SamplingParams, remaining: int, decision: Decision
+        self,
+        root: int,
+        feat: torch.Tensor,
+        ver: Verified,
+        sampling: SamplingParams,
+        remaining: int,
+        decision: Decision,
+        start: int,
     ) -> Evaluated:
         """Cut the round at the budget / EOS, append the emitted rows to every head (one batched pass), read γ.
 
         When the selector skips the evaluation (``decision.evaluate`` False, never in full-counterfactual runs)
-        only the chosen head is extended; γ holds its column and NaN elsewhere, and the selector gets none.
+        only the chosen head is extended; γ holds its column and NaN elsewhere, and the selector gets none now
+        (with late feedback: with the next evaluated round, whose pass completes the held rounds' γ).
         """
         tokens, done = self._emitted(ver, remaining)
         e = len(tokens)
@@ -306,8 +340,11 @@ class SpeculativeEngine:
             dlog = self.pool.evaluate(ev_tokens, ev_feats, self._emb(ev_tokens)[None])
             gamma = self._gamma(dlog, tlogits, sampling)
             cf = self._counterfactual(ev_tokens, ev_feats, base) if self.full_counterfactual else []
-            return Evaluated(tokens, min(ver.accepted, e - 1), gamma, done, cf)
+            late = self._late.take(self.pool.alive) if self._late is not None else ()
+            return Evaluated(tokens, min(ver.accepted, e - 1), gamma, done, cf, late=late)
         i = int(decision.drafter)
+        if self._late is not None:  # its γ fills as the heads process these rows (this pass and the catch-ups)
+            self._late.add(start, base, tlogits)
         own = self.pool.extend([i], ev_tokens, ev_feats, self._emb(ev_tokens)[None])
         gamma = np.full((e, self.pool.n), np.nan)
         if self.pool.alive[i]:

@@ -23,7 +23,7 @@ the keys/values of a head extended every round (up to floating-point rounding).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -100,6 +100,9 @@ class DrafterPool:
         self._padded = not bool(valid.all())
         self._rope = LlamaRotaryEmbedding(c0.rope_config()).to(self.device)
         self._rope_cap = 0
+        #: called as observer(heads, row, logits [len(heads), T, V_d]) after every pass that appends rows to the
+        #: caches (evaluate, extend, catch-up): late feedback reads the catch-up passes' logits (engine/late.py)
+        self.observer: Callable[[list[int], int, torch.Tensor], None] | None = None
         self.reset()
 
     # -------------------------------------------------------------------------------- state
@@ -271,6 +274,8 @@ class DrafterPool:
             ok = False
         if ok:
             self._store(idx, m, k, v)
+            if self.observer is not None:
+                self.observer(idx, m, lg)
             out = lg[:, lg.shape[1] - t :]
         else:
             out = self._advance_each(idx, span_emb, span_feat, m, t)
@@ -292,6 +297,8 @@ class DrafterPool:
                 if self._nonfinite(lg):
                     raise FloatingPointError("non-finite logits")
                 self._store([i], a, k, v)
+                if self.observer is not None:
+                    self.observer([i], a, lg)
                 out[j] = lg[0, lg.shape[1] - t :]
             except Exception as err:  # noqa: BLE001
                 self._drop([i], f"raised {type(err).__name__}: {err}")

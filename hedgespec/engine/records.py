@@ -29,7 +29,7 @@ import torch
 from hedgespec.decoding import SamplingParams
 from hedgespec.engine.trace import RequestTrace
 from hedgespec.engine.verify import sampling_probs
-from hedgespec.types import Decision, RequestStats
+from hedgespec.types import Decision, LateGamma, RequestStats
 
 STAGES = ("draft", "verify", "evaluate", "update")  # a round's timed stages, in order (``update`` = observe)
 
@@ -129,6 +129,7 @@ class Evaluated:
     done: bool  # EOS was emitted
     counterfactual: list[Any]  # per emitted position: every head's draft from there (full_counterfactual only)
     evaluated: bool = True  # the pool was evaluated (False: only the chosen head ran over the rows)
+    late: tuple[LateGamma, ...] = ()  # γ of earlier skipped rounds, complete after this round's pass (late feedback)
 
     @property
     def emitted(self) -> int:

@@ -66,6 +66,9 @@ class BaseSelector(ABC):
     #: only a selector that declares it (the Oracle baseline) sees ``RequestContext.best_drafter``, the best fixed
     #: drafter in hindsight; every other selector gets the context without it, whatever the runner passes
     uses_hindsight: bool = False
+    #: the runner should deliver the γ of rounds whose evaluation was skipped with the next evaluated round
+    #: (``RoundFeedback.late``; HedgeSpec with ``late=True``)
+    late_feedback: bool = False
 
     def __init__(self, evaluate: bool = True) -> None:
         self.n = 0

@@ -56,6 +56,18 @@ request it is a constant, as the bound needs. ``prior`` applies to ``learner="no
 ``evaluation="adaptive"`` is a heuristic with no guarantee: evaluate while the largest weight is below
 ``threshold``, else once every ``recheck`` rounds; evaluated rounds feed their plain losses, skipped rounds
 none (the skip pattern depends on the losses, so the fed losses are biased).
+
+``late=True`` (with ``evaluation="adaptive"``) loses nothing instead: a skipped round's positions wait in the
+ledger (:meth:`~hedgespec.feedback.FeedbackLedger.add_pending`) and its γ arrives with the next evaluated round
+(``RoundFeedback.late``: the engine's catch-up pass of the lagging heads computes exactly the rows a full
+evaluation would have, so the extra information costs no extra drafter pass). The learner then gets every
+position's true loss, in order, only later: HedgeSpec under delayed feedback, which is the setting the delay
+reductions are for. A skipped round's losses arrive at most ``recheck`` rounds after its decision (plus the EAL
+window), so with ``delay="bold"`` at most D = recheck + 2K + 1 predictions are outstanding and BOLD's bound
+applies (Joulani, György & Szepesvári 2013, Thm 1: regret ≤ Σ_j of the base learner's bound over the D + 1
+subsequences, O(sqrt(D T ln N)) for NormalHedge); the skip rule decides only *when* feedback arrives, never which
+losses are fed. For the default queue reduction no bound is claimed, as for full-information HedgeSpec. Positions
+still waiting when the request ends are dropped (censored, like an incomplete EAL window).
 """
 
 from __future__ import annotations
@@ -234,9 +246,19 @@ class HedgeSpec(BaseSelector):
         prior: str | Sequence[float] = "uniform",
         prior_alpha: float = 0.5,
         prior_source: PriorSource | None = None,
+        late: bool = False,
     ) -> None:
         super().__init__()
         check_options(objective, learner, delay, choice, tail_policy)
+        if not isinstance(late, bool):
+            raise ValueError(f"HedgeSpec late must be true or false, got {late!r}")
+        if late and evaluation != "adaptive":
+            raise ValueError(
+                f"HedgeSpec late=true delivers skipped rounds' γ later and applies to evaluation='adaptive' only "
+                f"(evaluation={evaluation!r} feeds importance-weighted losses instead)"
+            )
+        #: a runner delivers skipped rounds' γ with the next evaluated round (``RoundFeedback.late``)
+        self.late_feedback = late
         self.prior_source = check_prior_options(prior, prior_alpha, learner, prior_source)
         self.prior = prior if isinstance(prior, str) else [float(x) for x in prior]
         self.prior_alpha = float(prior_alpha)
@@ -248,7 +270,7 @@ class HedgeSpec(BaseSelector):
         #: "always" (full information every round, the paper's HedgeSpec), "random" (ε < 1) or "adaptive"
         self.policy = "adaptive" if evaluation == "adaptive" else ("always" if self.epsilon == 1.0 else "random")
         base = "hedgespec" if objective == "etap" else "hedgespec_eal"
-        self.name = base + {"always": "", "random": "_le", "adaptive": "_adaptive"}[self.policy]
+        self.name = base + {"always": "", "random": "_le", "adaptive": "_adaptive"}[self.policy] + ("_late" * late)
         self.evaluated_rounds = 0  # rounds of the current request whose evaluation this selector asked for
 
     def _reset(self) -> None:
@@ -261,7 +283,8 @@ class HedgeSpec(BaseSelector):
             # A round's losses complete at most K positions (≤ K rounds) after it, so K+1 outstanding
             # predictions suffice; 2K+1 (a loss completes at most 2K positions after its decision) is the
             # safe bound.
-            self.reduction = Bold(self._learner, 2 * self.k + 1)
+            # late feedback: a skipped round's losses come with the evaluation at most `recheck` rounds later
+            self.reduction = Bold(self._learner, 2 * self.k + 1 + (self.recheck if self.late_feedback else 0))
         self._weights_of: dict[int, np.ndarray] = {}
         self._remaining: dict[int, int] = {}
         # label-efficient state: coin stream (its own, so the tie-breaking stream is the ε = 1 one), importance
@@ -296,7 +319,7 @@ class HedgeSpec(BaseSelector):
             weight = 1.0 / self.epsilon if coin else 0.0
         else:
             coin = float(w.max()) < self.threshold or self._since_eval + 1 >= self.recheck
-            weight = 1.0 if coin else 0.0
+            weight = 1.0 if coin or self.late_feedback else 0.0  # late: a skipped round's γ still counts in full
         forced = self.objective == "eal" and self._need_through >= self.ledger.verified  # complete weighted windows
         self._weight_of[ticket] = weight
         evaluate = coin or forced
@@ -306,6 +329,8 @@ class HedgeSpec(BaseSelector):
 
     def _observe(self, fb: RoundFeedback) -> None:
         ticket = fb.decision.ticket
+        if fb.late and not self.late_feedback:
+            raise ValueError("HedgeSpec got RoundFeedback.late without late=true")
         if self.policy != "always":
             self._observe_label_efficient(fb, self._weight_of.pop(ticket, 1.0))
             return
@@ -317,16 +342,19 @@ class HedgeSpec(BaseSelector):
     def _observe_label_efficient(self, fb: RoundFeedback, weight: float) -> None:
         """Weighted γ rows (weight Z/ε, or 1/0 for the adaptive rule) or, without γ, an unobserved round."""
         ticket = fb.decision.ticket
+        for late in fb.late:  # earlier skipped rounds first: their positions come before this round's
+            self._apply(self.ledger.fill(late.start, late.gamma))
         if fb.gamma is None:
             if fb.decision.evaluate:
                 raise ValueError(
                     "HedgeSpec asked for this round's evaluation (Decision.evaluate) but RoundFeedback.gamma is None"
                 )
-            rows, completed = int(fb.emitted), self.ledger.add_unobserved(fb.start, int(fb.emitted), ticket)
+            add = self.ledger.add_pending if self.late_feedback else self.ledger.add_unobserved
+            rows, completed = int(fb.emitted), add(fb.start, int(fb.emitted), ticket)
         else:
             rows = int(np.asarray(fb.gamma).shape[0])
             completed = self.ledger.add_round(fb.start, fb.gamma, ticket, weight=weight)
-        if weight > 0.0 and self.objective == "eal":
+        if weight > 0.0 and self.objective == "eal" and not self.late_feedback:  # late: the windows fill later
             self._need_through = max(self._need_through, fb.start + rows - 1 + self.k - 1)
         self._remaining[ticket] = self._remaining.get(ticket, 0) + rows
         self._apply(completed)
@@ -360,7 +388,7 @@ class HedgeSpec(BaseSelector):
         if self.policy != "always":
             d.update(evaluation=self.evaluation, epsilon=self.epsilon, evaluated_rounds=self.evaluated_rounds)
             if self.policy == "adaptive":
-                d.update(threshold=self.threshold, recheck=self.recheck)
+                d.update(threshold=self.threshold, recheck=self.recheck, late=self.late_feedback)
         if self.n:
             d["weights"] = [float(x) for x in self.weights()]
         return d

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hedgespec.selectors.base import Selector
-from hedgespec.types import RequestContext, RoundFeedback
+from hedgespec.types import Decision, LateGamma, RequestContext, RoundFeedback
 
 
 @dataclass
@@ -55,6 +55,28 @@ def run_lengths(hit: np.ndarray) -> np.ndarray:
     return out
 
 
+class RoundReporter:
+    """What a runner that knows every drafter's γ sends the selector after each round, as the engine does.
+
+    An evaluated round gets its γ rows; a skipped one only the chosen drafter's (``own_gamma``). For a selector
+    with ``late_feedback`` the skipped rounds' rows are held and go out with the next evaluated round
+    (``RoundFeedback.late``), which is when the engine's lagging heads catch up.
+    """
+
+    def __init__(self, selector: Selector) -> None:
+        self.late = bool(getattr(selector, "late_feedback", False))
+        self._held: list[LateGamma] = []
+
+    def feedback(self, d: Decision, accepted: int, emitted: int, start: int, rows: np.ndarray) -> RoundFeedback:
+        """The feedback of a round that emitted ``rows`` (γ [emitted, N]) from position ``start``."""
+        if d.evaluate:
+            late, self._held = tuple(self._held), []
+            return RoundFeedback(d, accepted, emitted, start, rows, late=late)
+        if self.late:
+            self._held.append(LateGamma(start, np.array(rows, copy=True)))
+        return RoundFeedback(d, accepted, emitted, start, None, own_gamma=rows[:, d.drafter])
+
+
 def replay_greedy(
     gamma: np.ndarray, runs: np.ndarray, selector: Selector, k: int, ctx: RequestContext | None = None
 ) -> ReplayResult:
@@ -66,15 +88,14 @@ def replay_greedy(
     total, n = gamma.shape
     selector.begin_request(n, k, ctx)
     res = ReplayResult(0, 0, np.zeros(total, dtype=np.int64))
+    report = RoundReporter(selector)
     s = 0
     while s < total:
         d = selector.select()
         accepted = int(min(runs[s, d.drafter], k, total - s - 1))
         emitted = accepted + 1
         res.chosen_per_position[s : s + emitted] = d.drafter
-        seen = gamma[s : s + emitted] if d.evaluate else None  # a skipped evaluation: the chosen outcome only
-        own = None if d.evaluate else gamma[s : s + emitted, d.drafter]
-        selector.observe(RoundFeedback(d, accepted, emitted, s, seen, own_gamma=own))
+        selector.observe(report.feedback(d, accepted, emitted, s, gamma[s : s + emitted]))
         res.evaluated += int(d.evaluate)
         res.rounds += 1
         res.accepted.append(accepted)

@@ -6,8 +6,9 @@ draft, accept and resample uniforms of generated position u), whatever its selec
 numbers). Each position is emitted once per run, so each of its coins is used at most once and the run is
 exact chain speculative sampling. Metrics (as in the paper): MAT, and regret against the best fixed drafter in
 hindsight measured with the ETAP loss f_t[i] = 1 − γ_t[i] on the run's own trajectory. A round whose decision
-skips the pool evaluation (``Decision.evaluate`` False, label-efficient HedgeSpec) sends the selector no γ;
-regret is still measured on the full γ table.
+skips the pool evaluation (``Decision.evaluate`` False, label-efficient HedgeSpec) sends the selector no γ (a
+selector with ``late_feedback`` gets it with the next evaluated round); regret is still measured on the full γ
+table.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import numpy as np
 from hedgespec.acceptance import gamma_chain
 from hedgespec.selectors.base import Selector
 from hedgespec.selectors.fixed import Fixed
-from hedgespec.sim.greedy import ReplayResult, best_fixed_mat, replay_greedy, run_lengths
+from hedgespec.sim.greedy import ReplayResult, RoundReporter, best_fixed_mat, replay_greedy, run_lengths
 from hedgespec.sim.markov import Request
-from hedgespec.types import RequestContext, RoundFeedback
+from hedgespec.types import RequestContext
 
 MODES = ("greedy", "sampling")
 
@@ -127,6 +128,7 @@ def run_sampling(
     selector.begin_request(n, k, ctx)
     gamma = np.zeros((total, n))
     res = ReplayResult(0, 0, np.zeros(total, dtype=np.int64))
+    report = RoundReporter(selector)
     s, prev = 0, req.first
     while s < total:
         d = selector.select()
@@ -136,9 +138,7 @@ def run_sampling(
         if record_gamma:
             _record_gamma(req, gamma, s, prev, tokens[:emitted])
         res.chosen_per_position[s : s + emitted] = d.drafter
-        seen = gamma[s : s + emitted] if d.evaluate else None  # a skipped evaluation: the chosen outcome only
-        own = None if d.evaluate else gamma[s : s + emitted, d.drafter]
-        selector.observe(RoundFeedback(d, accepted, emitted, s, seen, own_gamma=own))
+        selector.observe(report.feedback(d, accepted, emitted, s, gamma[s : s + emitted]))
         res.evaluated += int(d.evaluate)
         res.rounds += 1
         res.accepted.append(accepted)
