@@ -25,6 +25,7 @@ SELECTORS = [
     {"name": "hedgespec"},
     {"name": "hedgespec", "label": "le_half", "epsilon": 0.5},
     {"name": "hedgespec", "label": "le_adaptive", "evaluation": "adaptive"},
+    {"name": "hedgespec", "label": "le_late", "evaluation": "adaptive", "late": True},
     {"name": "oracle"},
 ]
 
@@ -56,7 +57,7 @@ def _composed_policy(command: str) -> tuple[str, float | None]:
     name, sel = sel.pop("name"), {k: v for k, v in sel.items() if k != "label"}
     obj = make_selector(name, **sel)
     if obj.policy == "adaptive":
-        return "adaptive", None
+        return ("adaptive, late γ" if obj.late_feedback else "adaptive"), None
     return f"ε={obj.epsilon:g}", obj.epsilon
 
 
@@ -70,6 +71,12 @@ def test_engine_policy_matches_the_composed_selector_of_every_committed_run():
         seen.add(got[0])
     assert "ε=1" in seen and "adaptive" in seen and len(seen) == len(runs)
     assert engine_policy("python scripts/bench.py selector=nosuch_selector") == ("–", None)
+    for command in (
+        "python scripts/bench.py selector=hedgespec_late",
+        "python scripts/bench.py selector=hedgespec_le "
+        "selector.evaluation=adaptive selector.late=true selector.epsilon=1.0",
+    ):
+        assert engine_policy(command) == _composed_policy(command) == ("adaptive, late γ", None), command
 
 
 def _sim_results(tmp: Path) -> dict[str, dict]:
@@ -110,6 +117,7 @@ def test_section_renders_a_real_simulator_sweep_and_the_engine_summary(tmp_path)
             assert float(row[7]) == pytest.approx(half["avg_regret"] / full["avg_regret"], abs=5e-3)
         assert _row(sec, mode, "hedgespec")[2:4] == ["ε=1", "1.000"]
         assert _row(sec, mode, "le_adaptive")[2] == "adaptive" and _row(sec, mode, "oracle")[2:4] == ["–", "–"]
+        assert _row(sec, mode, "le_late")[2] == "adaptive, late γ"
     assert "N=4, K=7, 2 requests × 48 tokens, argmax choice, seed 0" in sec
     assert _row(sec, "hedgespec", "ε=1")[3] == "0.0%"
     assert "Goal for partial evaluation" in sec

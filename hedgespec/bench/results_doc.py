@@ -560,7 +560,7 @@ def _sim_policy(spec: Mapping[str, Any]) -> tuple[str, float | None]:
     if not str(spec.get("name", "")).startswith("hedgespec"):
         return "–", None
     if spec.get("evaluation") == "adaptive":
-        return "adaptive", None
+        return ("adaptive, late γ" if spec.get("late") else "adaptive"), None
     eps = float(spec.get("epsilon", 1.0))
     return f"ε={eps:g}", eps
 
@@ -651,17 +651,21 @@ def _command_overrides(command: str) -> dict[str, str]:
 
 def engine_policy(command: str) -> tuple[str, float | None]:
     """(evaluation cell, ε; ``None`` for the adaptive rule) of a scripts/bench.py run from its command line: its
-    ``selector.evaluation`` / ``selector.epsilon`` overrides, else the selector config's ``epsilon``."""
+    ``selector.evaluation`` / ``selector.late`` / ``selector.epsilon`` overrides, else the selector config's."""
     over = _command_overrides(command)
-    if over.get("selector.evaluation") == "adaptive":
-        return "adaptive", None
+    path = SELECTOR_CONF / f"{over.get('selector', 'hedgespec')}.yaml"
+    conf = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else None
+    own = conf or {}
+    evaluation = over.get("selector.evaluation", own.get("evaluation"))
+    late = str(over.get("selector.late", own.get("late", False))).lower() == "true"
+    if evaluation == "adaptive":
+        return ("adaptive, late γ" if late else "adaptive"), None
     if "selector.epsilon" in over:
         eps = float(over["selector.epsilon"])
+    elif conf is None:
+        return "–", None
     else:
-        path = SELECTOR_CONF / f"{over.get('selector', 'hedgespec')}.yaml"
-        if not path.is_file():
-            return "–", None
-        eps = float((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("epsilon", 1.0))
+        eps = float(own.get("epsilon", 1.0))
     return f"ε={eps:g}", eps
 
 
