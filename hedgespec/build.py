@@ -48,6 +48,7 @@ SELECTOR_CHOICES = (
     "hedgespec",
     "hedgespec_eal",
     "hedgespec_le",
+    "hedgespec_late",
     "hedgespec_prior",
     "hedgespec_running",
     "eagle",
