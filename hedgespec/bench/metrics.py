@@ -193,6 +193,14 @@ def dropped_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, int] | No
     return dict(sorted(out.items()))
 
 
+def evaluated_share(records: Sequence[Mapping[str, Any]]) -> float | None:
+    """Share of the rounds whose pool evaluation ran (``evaluated_rounds`` of the engine's records); ``None``
+    when the records do not say (the server backend, results from before the field)."""
+    seen = [r for r in records if r.get("evaluated_rounds") is not None]
+    rounds = sum(int(r["rounds"]) for r in seen)
+    return sum(int(r["evaluated_rounds"]) for r in seen) / rounds if seen and rounds else None
+
+
 def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Aggregate request records: pooled MAT / tokens/s / overhead, per-request means, regret, oracle ratios."""
     if not records:
@@ -222,6 +230,7 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         else None,
         **regret_summary(records),
         "dropped": dropped_summary(records),
+        "evaluated_share": evaluated_share(records),
         "timings": tsum,
         **overhead(tsum),
         "update_ms_per_round": 1e3 * tsum.get("update", 0.0) / rounds if rounds and "update" in tsum else None,

@@ -686,15 +686,16 @@ def _le_engine(doc: ResultsDoc) -> list[str]:
             n_requests=r0["aggregate"]["n_requests"],
         ),
         "",
-        "| selector | evaluation | MAT | MAT vs ε=1 | tok/s | plain tok/s | × plain | selection overhead | "
-        "evaluate / verify | command |",
-        "|---" * 10 + "|",
+        "| selector | evaluation | evaluated rounds | MAT | MAT vs ε=1 | tok/s | plain tok/s | × plain | "
+        "selection overhead | evaluate / verify | command |",
+        "|---" * 11 + "|",
     ]
     for r in runs:
         a, cell = r["aggregate"], engine_policy(r["command"])[0]
         rel = a["mat"] / full["mat"] - 1.0 if full else None
         out.append(
-            f"| {r['selector']} | {cell} | {fmt(a['mat'], 3)} | {fmt(rel, pct=True)} | {fmt(a['tokens_per_s'], 1)} | "
+            f"| {r['selector']} | {cell} | {fmt(a.get('evaluated_share'), 3)} | {fmt(a['mat'], 3)} | "
+            f"{fmt(rel, pct=True)} | {fmt(a['tokens_per_s'], 1)} | "
             f"{fmt(a.get('plain_tokens_per_s'), 1)} | {fmt(a.get('speedup_vs_plain'))} | "
             f"{fmt(a['selection_overhead'], pct=True)} | {fmt(a.get('evaluate_x_verify'), 3)} | `{r['command']}` |"
         )

@@ -155,6 +155,8 @@ class EngineRunner:
         extra: dict[str, Any] = {"prompt_tokens": len(ids_list), "truncated": truncated, "oracle_s": oracle_s}
         # heads that raised or produced non-finite values and were dropped for this request (the engine warns)
         extra["dropped"] = list(tr.summary.get("dropped") or [])
+        # rounds whose pool evaluation ran (a skipped one, label-efficient or a baseline's deployed cost, says so)
+        extra["evaluated_rounds"] = sum(1 for r in tr.rounds if r.get("evaluated", True))
         if self.cfg.get("plain_baseline", True):
             extra.update(self.plain(ids, j, out[len(ids_list) :].tolist()))
         if mats is not None:
