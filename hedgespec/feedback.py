@@ -84,25 +84,22 @@ class FeedbackLedger:
 
     def add_unobserved(self, start: int, emitted: int, ticket: int = 0) -> list[CompletedLoss]:
         """Record a round whose γ was not observed: its ``emitted`` positions have weight 0 (zero losses)."""
-        self._check_start(start)
-        if isinstance(emitted, bool) or not isinstance(emitted, (int, np.integer)) or emitted < 1:
-            raise ValueError(f"emitted must be an int >= 1 (a round emits at least one token), got {emitted!r}")
-        self._set_weight(0.0, int(emitted))
-        for _ in range(int(emitted)):
-            self._gamma.append(None)  # type: ignore[arg-type]
-            self._ticket.append(ticket)
-        return self._emit_ready()
+        return self._add_without_gamma(start, emitted, ticket, pending=False)
 
     def add_pending(self, start: int, emitted: int, ticket: int = 0) -> list[CompletedLoss]:
         """Record a round whose γ comes later (:meth:`fill`): its positions wait, and so do the ones after them."""
+        return self._add_without_gamma(start, emitted, ticket, pending=True)
+
+    def _add_without_gamma(self, start: int, emitted: int, ticket: int, pending: bool) -> list[CompletedLoss]:
         self._check_start(start)
         if isinstance(emitted, bool) or not isinstance(emitted, (int, np.integer)) or emitted < 1:
             raise ValueError(f"emitted must be an int >= 1 (a round emits at least one token), got {emitted!r}")
-        self._set_weight(1.0, int(emitted))
+        self._set_weight(1.0 if pending else 0.0, int(emitted))
         for _ in range(int(emitted)):
             self._gamma.append(None)  # type: ignore[arg-type]
             self._ticket.append(ticket)
-        self._pending[int(start)] = int(emitted)
+        if pending:
+            self._pending[int(start)] = int(emitted)
         return self._emit_ready()
 
     def fill(self, start: int, gamma: np.ndarray) -> list[CompletedLoss]:

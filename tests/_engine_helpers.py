@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from hedgespec.decoding import DecodingConfig, SamplingParams
+from hedgespec.fixtures import agreeing_drafter, random_drafter, tiny_llama
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -68,3 +70,23 @@ class Recorder:
 
     def state_dict(self) -> dict[str, Any]:
         return self.inner.state_dict()
+
+
+#: the prompt the lazy/late engine tests' heads are fitted to
+LAZY_PROMPT = torch.tensor([[1, 5, 7, 9, 3]])
+
+
+def mixed_heads(model: Any) -> list[Any]:
+    """Four heads of ``model`` that disagree: random, one distilled on :data:`LAZY_PROMPT`, one with a smaller
+    draft vocabulary and MLP, one with other aux layers (the lazy catch-up and late-feedback tests' pool)."""
+    return [
+        random_drafter(model, seed=0),
+        agreeing_drafter(model, [LAZY_PROMPT[0]], seed=1, steps=200),
+        random_drafter(model, seed=2, draft_vocab_size=40, intermediate_size=20),
+        random_drafter(model, seed=3, aux_layer_ids=[0, 1, 2]),
+    ]
+
+
+def lazy_model() -> Any:
+    """The 3-layer tiny target of the lazy catch-up and late-feedback tests."""
+    return tiny_llama(seed=4, layers=3)

@@ -8,34 +8,21 @@ from __future__ import annotations
 
 import warnings
 
+import _lazy_fixtures
 import numpy as np
 import pytest
 import torch
-from _engine_helpers import GREEDY, Recorder, decoding, sampling
+from _engine_helpers import GREEDY, LAZY_PROMPT, Recorder, decoding, sampling
 
 from hedgespec.engine import DrafterPool, SpeculativeEngine, TargetModel
 from hedgespec.engine.eagle3 import stacked_forward
-from hedgespec.fixtures import agreeing_drafter, greedy_reference, random_drafter, tiny_llama
+from hedgespec.fixtures import greedy_reference
 from hedgespec.selectors import make_selector
 from hedgespec.types import RequestContext
 
 torch.set_num_threads(1)
-PROMPT = torch.tensor([[1, 5, 7, 9, 3]])
-
-
-@pytest.fixture(scope="module")
-def model():
-    return tiny_llama(seed=4, layers=3)
-
-
-@pytest.fixture(scope="module")
-def heads(model):
-    return [
-        random_drafter(model, seed=0),
-        agreeing_drafter(model, [PROMPT[0]], seed=1, steps=200),
-        random_drafter(model, seed=2, draft_vocab_size=40, intermediate_size=20),
-        random_drafter(model, seed=3, aux_layer_ids=[0, 1, 2]),
-    ]
+model, heads = _lazy_fixtures.model, _lazy_fixtures.heads  # the module-scoped fixtures of this pool
+PROMPT = LAZY_PROMPT
 
 
 def _rows(model, pool):
