@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _engine_helpers import Recorder
 
 from hedgespec.feedback import FeedbackLedger
 from hedgespec.learners import NormalHedge
 from hedgespec.selectors import HedgeSpec, make_selector
 from hedgespec.sim.experiments import SimConfig, run_pool
 from hedgespec.sim.greedy import replay_greedy, run_lengths
-from hedgespec.types import Decision, LateGamma, RequestContext, RoundFeedback
+from hedgespec.types import LateGamma, RequestContext, RoundFeedback
 
 
 def _table(n=4, total=240, seed=0):
@@ -76,50 +77,25 @@ def test_fill_refuses_what_was_not_pending_or_has_the_wrong_shape():
     assert [c.position for c in led.fill(0, np.ones((2, 3)))] == [0, 1, 2]
 
 
-class _Decisions:
-    """Wraps a selector and keeps each round's decision (what the replay does not return)."""
-
-    def __init__(self, inner):
-        self.inner, self.decisions = inner, []
-        self.name, self.full_information = inner.name, inner.full_information
-        self.late_feedback = inner.late_feedback
-
-    def begin_request(self, *a, **kw):
-        self.inner.begin_request(*a, **kw)
-
-    def select(self) -> Decision:
-        d = self.inner.select()
-        self.decisions.append(d)
-        return d
-
-    def observe(self, fb):
-        self.inner.observe(fb)
-
-    def end_request(self):
-        self.inner.end_request()
-
-    def state_dict(self):
-        return self.inner.state_dict()
-
-
 @pytest.mark.parametrize(("seed", "k", "threshold", "recheck"), [(0, 3, 0.5, 4), (1, 4, 0.35, 8), (2, 1, 0.6, 2)])
 def test_the_learner_gets_every_position_loss_once_evaluation_comes(seed, k, threshold, recheck):
     """Before each decision the weights are NormalHedge's after exactly the positions up to the last evaluated
     round, each fed with the weights of the decision that covered it."""
     gamma, runs = _table(seed=seed)
-    sel = _Decisions(make_selector("hedgespec", evaluation="adaptive", late=True, threshold=threshold, recheck=recheck))
+    sel = Recorder(make_selector("hedgespec", evaluation="adaptive", late=True, threshold=threshold, recheck=recheck))
     res = replay_greedy(gamma, runs, sel, k, RequestContext(request_id=seed))
+    decisions = [fb.decision for fb in sel.feedback]
     assert sel.inner.name == "hedgespec_adaptive_late"
     assert 0 < res.evaluated < res.rounds  # some rounds were skipped, some evaluated
     nh, fed, s = NormalHedge(gamma.shape[1]), 0, 0
     round_of = np.zeros(len(gamma), dtype=int)
-    for r, (d, acc) in enumerate(zip(sel.decisions, res.accepted)):
+    for r, (d, acc) in enumerate(zip(decisions, res.accepted)):
         np.testing.assert_allclose(d.weights, nh.weights(), rtol=0, atol=1e-12)
         round_of[s : s + acc + 1] = r
         s += acc + 1
         if d.evaluate:
             for t in range(fed, s):
-                nh.update(1.0 - gamma[t], np.asarray(sel.decisions[round_of[t]].weights))
+                nh.update(1.0 - gamma[t], np.asarray(decisions[round_of[t]].weights))
             fed = s
 
 

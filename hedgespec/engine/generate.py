@@ -343,12 +343,12 @@ class SpeculativeEngine:
             late = self._late.take(self.pool.alive) if self._late is not None else ()
             return Evaluated(tokens, min(ver.accepted, e - 1), gamma, done, cf, late=late)
         i = int(decision.drafter)
-        if self._late is not None:  # its γ fills as the heads process these rows (this pass and the catch-ups)
-            self._late.add(start, base, tlogits)
         own = self.pool.extend([i], ev_tokens, ev_feats, self._emb(ev_tokens)[None])
         gamma = np.full((e, self.pool.n), np.nan)
         if self.pool.alive[i]:
             gamma[:, i] = self._gamma(own, tlogits, sampling, [i])[:, 0]
+        if self._late is not None:  # the chosen head's column is known; the others fill in their catch-up pass
+            self._late.add(start, base, tlogits, gamma)
         return Evaluated(tokens, min(ver.accepted, e - 1), gamma, done, [], evaluated=False)
 
     def _emitted(self, ver: Verified, remaining: int) -> tuple[list[int], bool]:

@@ -40,20 +40,28 @@ class LateRounds:
     def __len__(self) -> int:
         return len(self._rounds)
 
-    def add(self, start: int, row: int, tlogits: torch.Tensor) -> None:
-        """A skipped round: emitted positions ``start..`` at pool rows ``row..``, target logits [emitted, V]."""
+    def add(self, start: int, row: int, tlogits: torch.Tensor, known: np.ndarray) -> None:
+        """A skipped round: emitted positions ``start..`` at pool rows ``row..``, target logits [emitted, V], and
+        the γ known so far ([emitted, N], NaN where not computed yet: the heads that did not run over the rows)."""
         e = int(tlogits.shape[0])
-        self._rounds.append(_Round(start, row, tlogits.detach().clone(), np.full((e, self.n), np.nan)))
+        if known.shape != (e, self.n):
+            raise ValueError(f"known γ must have shape [{e}, {self.n}], got {known.shape}")
+        self._rounds.append(_Round(start, row, tlogits.detach().clone(), np.array(known, dtype=np.float64)))
 
     def see(self, heads: Sequence[int], row: int, logits: torch.Tensor) -> None:
-        """A pool pass computed ``heads``' logits [len(heads), T, V_d] at pool rows ``row..row+T−1``."""
+        """A pool pass computed ``heads``' logits [len(heads), T, V_d] at pool rows ``row..row+T−1``; γ is computed
+        only where a held round still misses it (a pass that recomputes a current head's rows adds nothing)."""
         end = row + int(logits.shape[1])
         for r in self._rounds:
             a, b = max(row, r.row), min(end, r.row + r.gamma.shape[0])
             if a >= b:
                 continue
-            g = self.gamma_fn(logits[:, a - row : b - row], r.tlogits[a - r.row : b - r.row], heads)
-            r.gamma[a - r.row : b - r.row, list(heads)] = g
+            rows = slice(a - r.row, b - r.row)
+            need = [j for j, h in enumerate(heads) if np.isnan(r.gamma[rows, h]).any()]
+            if not need:
+                continue
+            g = self.gamma_fn(logits[need, a - row : b - row], r.tlogits[rows], [heads[j] for j in need])
+            r.gamma[rows, [heads[j] for j in need]] = g
 
     def take(self, alive: Sequence[bool]) -> tuple[LateGamma, ...]:
         """Every held round's γ (dead heads 0, as in an evaluated round), oldest first; the store is emptied.
