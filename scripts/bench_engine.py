@@ -3,6 +3,7 @@
     python scripts/bench_engine.py                         # tiny target and SmolLM2-sized dims, CPU, ~2-5 min
     python scripts/bench_engine.py --dims tiny --repeats 50
     python scripts/bench_engine.py --dims smollm2 --draft-vocab 4096 --ns 1 2 4 8 --ranks 8 32 128   # low-rank pools
+    python scripts/bench_engine.py --dims smollm2 --draft-vocab 4096 --ns 1 8 --kernels aten onednn   # CPU kernels
     python scripts/bench_engine.py --device cuda --dtype bfloat16 --json bench_engine.json   # GPU machine
 
 Prints each cost as a ratio to one drafter forward and to one target forward (goal: N=7 pool evaluation
@@ -40,13 +41,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
         default=[],
         help="also time low-rank pools of these ranks (head 0 + rank-r experts)",
     )
+    ap.add_argument(
+        "--kernels",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "onednn", "aten"],
+        help="the target's linear kernels (target.linear_kernels); several: one run each, side by side",
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
     ap.add_argument("--json", default=None, help="write the results here (default: print JSON to stdout)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     results = []
-    for dims in args.dims:
+    for dims, kernels in [(d, kern) for d in args.dims for kern in args.kernels]:
         res = bench_engine(
             dims,
             args.ns,
@@ -58,6 +66,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             args.dtype,
             draft_vocab=args.draft_vocab,
             ranks=args.ranks,
+            kernels=kernels,
         )
         print(format_bench(res), flush=True)
         results.append(res)

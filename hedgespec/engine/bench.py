@@ -24,6 +24,7 @@ from hedgespec.engine.lowrank import LowRankDrafter, weights_read
 from hedgespec.engine.pool import DrafterPool
 from hedgespec.engine.target import TargetModel
 from hedgespec.fixtures import random_drafter
+from hedgespec.models.linear_kernels import linear_kernels_of, use_linear_kernels
 
 DIMS: dict[str, dict[str, Any]] = {
     "tiny": dict(
@@ -86,11 +87,13 @@ def bench_engine(
     dtype: str = "float32",
     draft_vocab: int | None = None,
     ranks: Sequence[int] = (),
+    kernels: str = "auto",
 ) -> dict[str, Any]:
     """Best-of-``repeats`` seconds of each cost and their ratios to one drafter forward and one target forward.
 
     ``draft_vocab`` overrides the dims' draft vocabulary (the embedded pool's trained drafters use 4096);
-    ``ranks`` adds low-rank pools of each rank (``res["lowrank"][r][N]``).
+    ``ranks`` adds low-rank pools of each rank (``res["lowrank"][r][N]``); ``kernels`` is the target's
+    ``linear_kernels`` (:mod:`hedgespec.models.linear_kernels`).
     """
     d = dict(DIMS[dims])
     vd = _draft_vocab(dims, d, draft_vocab)
@@ -99,6 +102,7 @@ def bench_engine(
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(cfg).to(tdtype).eval()
+    use_linear_kernels(model, kernels, rows=k + 1)
     heads = [random_drafter(model, seed=s, draft_vocab_size=vd) for s in range(max(ns))]
     ctx = torch.randint(0, d["vocab_size"], (context + k + 1,))
     pool1 = DrafterPool(heads[:1], model, dtype=tdtype)
@@ -113,8 +117,10 @@ def bench_engine(
         "rows": rows,
         "draft_vocab": vd,
         "threads": torch.get_num_threads(),
+        "kernels": linear_kernels_of(model),
     }
     res.update(_single_costs(pool1, tgt, ctx, feats, context, k, repeats, device))
+    res["verify_x_decode"] = res["target_verify_s"] / res["target_decode_s"]
     res["pool"] = {}
     for n in ns:
         pool = DrafterPool(heads[:n], model, dtype=tdtype)
@@ -229,8 +235,10 @@ def _copy_cache(cache: Any) -> Any:
 def format_bench(res: dict[str, Any]) -> str:
     lines = [
         f"[{res['dims']} on {res['device']} {res['dtype']}, context {res['context']}, K={res['k']}, "
-        f"eval rows {res['rows']}, draft vocab {res['draft_vocab']}, threads {res['threads']}]",
-        f"target forward (verify {res['k'] + 1} rows): {res['target_verify_s'] * 1e3:8.3f} ms",
+        f"eval rows {res['rows']}, draft vocab {res['draft_vocab']}, threads {res['threads']}, "
+        f"linear kernels {res.get('kernels', 'aten')}]",
+        f"target forward (verify {res['k'] + 1} rows): {res['target_verify_s'] * 1e3:8.3f} ms   "
+        f"= {res['target_verify_s'] / res['target_decode_s']:.3f} x a decode step",
         f"target forward (decode 1 row):      {res['target_decode_s'] * 1e3:8.3f} ms",
         f"drafter forward (1 row):            {res['drafter_forward_s'] * 1e3:8.3f} ms   "
         f"= {res['drafter_x_target_verify']:.3f} x target",

@@ -36,14 +36,21 @@ def load_target(name_or_cfg: str | TargetSpec | dict[str, Any] | Any, **override
         spec = TargetSpec(**d)
     if spec.kind == "hf":
         model, tok = _load_hf(spec)  # pins the thinking switch before the weights load
-        return cast_for_compute(model, spec.compute_dtype), tok
+        return _computing(model, spec), tok
     if spec.kind == "tiny":
         from .tiny import build_tiny_target  # lazy: .tiny imports torch; hedgespec.models stays torch-free
 
         model, tok = build_tiny_target(spec.arch, seed=spec.seed, dtype=spec.dtype, device=spec.device)
     else:
         model, tok = load_smollm2(spec.cache_dir, dtype=spec.dtype, device=spec.device)
-    return cast_for_compute(model, spec.compute_dtype), pin_thinking(tok, spec.thinking, spec.name)
+    return _computing(model, spec), pin_thinking(tok, spec.thinking, spec.name)
+
+
+def _computing(model: Any, spec: TargetSpec) -> Any:
+    """The loaded model cast to ``spec.compute_dtype``, its linear layers on ``spec.linear_kernels``."""
+    from .linear_kernels import use_linear_kernels  # lazy: imports torch
+
+    return use_linear_kernels(cast_for_compute(model, spec.compute_dtype), spec.linear_kernels)
 
 
 def cast_for_compute(model: Any, compute_dtype: str | None) -> Any:

@@ -18,6 +18,8 @@ from omegaconf import OmegaConf
 from .chat import check_thinking
 
 TargetKind = Literal["smollm2", "tiny", "hf"]
+#: ``target.linear_kernels`` values (:mod:`hedgespec.models.linear_kernels`).
+LINEAR_KERNELS = ("auto", "onednn", "aten")
 #: SmolLM2-135M-Instruct's decoder layers (its config.json: num_hidden_layers).
 SMOLLM2_LAYERS = 30
 
@@ -52,6 +54,9 @@ class TargetSpec:
             fingerprint stays the loaded weights'). Speculative outputs are then greedy in the cast model's
             verification numerics, which differ with the number of rows verified, so they may differ from
             one-token-at-a-time decoding of the same cast (the bench's ``plain_match_rate`` counts how often).
+        linear_kernels: ``auto`` | ``onednn`` | ``aten``: the kernels of the target's linear layers on CPU
+            (:mod:`hedgespec.models.linear_kernels`: oneDNN-packed weights make a K+1-row verification pass cost
+            little more than one row; ``auto`` packs a float32/bfloat16 CPU target when PyTorch has oneDNN).
         device: torch device string for the loaded model.
         seed: initialisation seed (kind ``tiny``).
         arch: architecture (kind ``tiny``).
@@ -70,6 +75,7 @@ class TargetSpec:
     revision: str | None = None
     dtype: str = "float32"
     compute_dtype: str | None = None
+    linear_kernels: str = "auto"
     device: str = "cpu"
     seed: int = 0
     arch: TinyArch = field(default_factory=TinyArch)
@@ -88,6 +94,10 @@ class TargetSpec:
         if self.compute_dtype not in (None, "float32", "bfloat16", "float16"):
             raise ValueError(
                 f"target compute_dtype={self.compute_dtype!r} is unknown; expected null, float32, bfloat16 or float16"
+            )
+        if self.linear_kernels not in LINEAR_KERNELS:
+            raise ValueError(
+                f"target linear_kernels={self.linear_kernels!r} is unknown; expected one of {LINEAR_KERNELS}"
             )
         if self.num_layers is not None and (isinstance(self.num_layers, bool) or int(self.num_layers) < 1):
             raise ValueError(f"target num_layers={self.num_layers!r} must be a positive layer count (or null)")

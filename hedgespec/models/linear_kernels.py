@@ -1,0 +1,136 @@
+"""Which kernels the target's linear layers run on CPU: ``target.linear_kernels`` = ``auto`` | ``onednn`` | ``aten``.
+
+A speculative round verifies K+1 rows in one target pass. On CPU, PyTorch's default float32 matmul (``aten``)
+repacks every weight matrix on every call, so five rows cost about twice one row although the pass reads the
+same weights (``python scripts/bench_engine.py --dims smollm2 --kernels aten onednn``; docs/engine.md). oneDNN
+packs each weight once (``torch.ops.mkldnn._reorder_linear_weight``), after which a pass over a few rows costs
+little more than one row.
+
+* ``onednn``: every ``nn.Linear`` of the target becomes a :class:`PackedLinear` (a subclass with the same
+  parameters, so the same ``state_dict`` and fingerprint) that keeps a oneDNN-packed copy of its weight. Inputs
+  of at least :attr:`PackedLinear.min_rows` rows run on the packed copy; one row runs on ``aten`` in float32,
+  where that is faster (bfloat16 takes the packed copy for every row: faster at one row too). The same wrapped
+  model serves the speculative engine and the plain-decoding baseline (``transformers.generate``: its prefill
+  and batched regeneration steps take the packed path, its one-row decoding steps the aten path), so "× plain"
+  compares each pass on its best kernel. The packed copies hold the linear weights' memory once more.
+* ``aten``: plain PyTorch modules.
+* ``auto``: ``onednn`` for a CPU target in float32 or bfloat16 when this PyTorch has oneDNN, else ``aten``.
+
+Numerics: the kernels differ in summation order only (float rounding, ~1e-6 relative in float32), as two row
+counts of the aten kernel already do; greedy outputs agree unless two logits tie at that precision. A weight
+changed in place or replaced after wrapping is packed again on its next use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .spec import LINEAR_KERNELS
+
+PACKED_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def onednn_available() -> bool:
+    """Whether this PyTorch build packs linear weights with oneDNN (x86 and most aarch64 CPU wheels)."""
+    ops = torch.ops.mkldnn
+    return bool(torch.backends.mkldnn.is_available()) and all(
+        hasattr(ops, op) for op in ("_reorder_linear_weight", "_linear_pointwise")
+    )
+
+
+def resolve_kernels(model: Any, choice: str) -> str:
+    """``onednn`` or ``aten`` for ``model`` (see the module docstring); an impossible explicit choice is named."""
+    if choice not in LINEAR_KERNELS:
+        raise ValueError(f"target linear_kernels={choice!r} is unknown; expected one of {LINEAR_KERNELS}")
+    param = next(model.parameters(), None)
+    device = param.device.type if param is not None else "cpu"
+    dtype = param.dtype if param is not None else torch.float32
+    usable = device == "cpu" and dtype in PACKED_DTYPES
+    if choice == "auto":
+        return "onednn" if usable and onednn_available() else "aten"
+    if choice == "onednn" and not usable:
+        raise ValueError(
+            f"target linear_kernels=onednn packs CPU weights in float32 or bfloat16; this target is "
+            f"{str(dtype).removeprefix('torch.')} on {device}: use linear_kernels=auto or aten"
+        )
+    if choice == "onednn" and not onednn_available():
+        raise ValueError(
+            "target linear_kernels=onednn: this PyTorch build has no oneDNN linear packing "
+            "(torch.backends.mkldnn.is_available() is False); use linear_kernels=auto or aten"
+        )
+    return choice
+
+
+def use_linear_kernels(model: Any, choice: str, rows: int = 5) -> Any:
+    """Put ``model``'s linear layers on the kernels ``choice`` resolves to, in place; returns ``model``.
+
+    ``rows`` is the packing's row-count hint (a chain round verifies K+1 = 5 rows at the default K=4); ``aten``
+    on a wrapped model restores plain ``nn.Linear`` modules.
+    """
+    kind = resolve_kernels(model, choice)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if kind == "onednn" and type(child) is torch.nn.Linear:
+                setattr(parent, name, PackedLinear.wrap(child, rows))
+            elif kind == "aten" and isinstance(child, PackedLinear):
+                setattr(parent, name, child.unwrap())
+    return model
+
+
+def linear_kernels_of(model: Any) -> str:
+    """``onednn`` when the linear layers of ``model`` are packed, else ``aten`` (what a run records)."""
+    return "onednn" if any(isinstance(m, PackedLinear) for m in model.modules()) else "aten"
+
+
+def _linear_like(cls: type, lin: torch.nn.Linear) -> Any:
+    new = cls.__new__(cls)
+    torch.nn.Module.__init__(new)
+    new.in_features, new.out_features = lin.in_features, lin.out_features
+    new.weight, new.bias = lin.weight, lin.bias  # the same Parameters: tied weights stay tied
+    new.train(lin.training)
+    return new
+
+
+class PackedLinear(torch.nn.Linear):
+    """An ``nn.Linear`` that also keeps a oneDNN-packed copy of its weight (neither a parameter nor a buffer)."""
+
+    rows_hint: int = 5
+
+    @classmethod
+    def wrap(cls, lin: torch.nn.Linear, rows: int = 5) -> PackedLinear:
+        new = _linear_like(cls, lin)
+        new.rows_hint = int(rows)
+        new._packed, new._packed_of = None, None
+        return new
+
+    def unwrap(self) -> torch.nn.Linear:
+        return _linear_like(torch.nn.Linear, self)
+
+    @property
+    def min_rows(self) -> int:
+        """Rows from which the packed copy is used (measured per dtype; see the module docstring)."""
+        return 1 if self.weight.dtype == torch.bfloat16 else 2
+
+    def _pack(self) -> torch.Tensor:
+        w = self.weight
+        key = (w.data_ptr(), w._version, w.dtype)
+        if self._packed is None or self._packed_of != key:
+            with torch.no_grad():
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), self.rows_hint)
+            self._packed_of = key
+        return self._packed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
+        packed = (
+            rows >= self.min_rows
+            and x.device.type == "cpu"
+            and x.dtype == self.weight.dtype
+            and self.weight.dtype in PACKED_DTYPES
+            and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+        )
+        if not packed:
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self._pack(), self.bias, "none", [], "")
