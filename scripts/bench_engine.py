@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument(
         "--kernels",
         nargs="+",
-        default=["auto"],
+        default=["aten"],
         choices=["auto", "onednn", "aten"],
         help="the target's linear kernels (target.linear_kernels); several: one run each, side by side",
     )

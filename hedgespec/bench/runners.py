@@ -45,6 +45,7 @@ from hedgespec.decoding import SamplingParams
 from hedgespec.engine.plain import plain_generate
 from hedgespec.io import portable_paths
 from hedgespec.models import load_target, load_tokenizer
+from hedgespec.models.linear_kernels import onednn_available
 from hedgespec.pools import load_pool as load_manifest
 from hedgespec.types import RequestContext
 
@@ -322,6 +323,7 @@ def _env(cfg: Mapping[str, Any]) -> dict[str, Any]:
     except OSError:  # pragma: no cover
         pass
     env.update(torch=torch.__version__, threads=torch.get_num_threads(), cuda=torch.cuda.is_available())
+    env["onednn"] = onednn_available()  # with target.linear_kernels=auto: packed CPU linear weights when True
     return env
 
 

@@ -87,7 +87,7 @@ def bench_engine(
     dtype: str = "float32",
     draft_vocab: int | None = None,
     ranks: Sequence[int] = (),
-    kernels: str = "auto",
+    kernels: str = "aten",
 ) -> dict[str, Any]:
     """Best-of-``repeats`` seconds of each cost and their ratios to one drafter forward and one target forward.
 

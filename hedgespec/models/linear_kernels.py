@@ -8,13 +8,18 @@ little more than one row.
 
 * ``onednn``: every ``nn.Linear`` of the target becomes a :class:`PackedLinear` (a subclass with the same
   parameters, so the same ``state_dict`` and fingerprint) that keeps a oneDNN-packed copy of its weight. Inputs
-  of at least :attr:`PackedLinear.min_rows` rows run on the packed copy; one row runs on ``aten`` in float32,
-  where that is faster (bfloat16 takes the packed copy for every row: faster at one row too). The same wrapped
+  of at least :attr:`PackedLinear.min_rows` rows run on the packed copy; in float32 up to three rows stay on
+  ``aten``, whose small-row kernel costs about one row's time there (bfloat16 takes the packed copy for every
+  row: faster at one row too). The same wrapped
   model serves the speculative engine and the plain-decoding baseline (``transformers.generate``: its prefill
   and batched regeneration steps take the packed path, its one-row decoding steps the aten path), so "× plain"
   compares each pass on its best kernel. The packed copies hold the linear weights' memory once more.
 * ``aten``: plain PyTorch modules.
 * ``auto``: ``onednn`` for a CPU target in float32 or bfloat16 when this PyTorch has oneDNN, else ``aten``.
+
+The default is ``aten``. Measured on SmolLM2-135M (2 CPU cores, docs/engine.md): on one thread a 5-row pass costs
+84 ms packed vs 97 ms on aten (one row: 59 ms); on two threads the two are equal (57 vs 58 ms) and batched
+regeneration is 8% slower packed, so packing pays only for one-thread runs verifying 4 or more rows.
 
 Numerics: the kernels differ in summation order only (float rounding, ~1e-6 relative in float32), as two row
 counts of the aten kernel already do; greedy outputs agree unless two logits tie at that precision. A weight
@@ -30,6 +35,9 @@ import torch
 from .spec import LINEAR_KERNELS
 
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
+#: float32 passes of fewer rows stay on aten, whose small-row kernel is as fast as one row up to 3 rows (the
+#: jump comes at 4: SmolLM2-135M, one thread, 58.6 / 63.8 / 68.5 / 94.8 ms for 1 / 2 / 3 / 4 rows)
+FLOAT32_MIN_ROWS = 4
 
 
 def onednn_available() -> bool:
@@ -111,7 +119,7 @@ class PackedLinear(torch.nn.Linear):
     @property
     def min_rows(self) -> int:
         """Rows from which the packed copy is used (measured per dtype; see the module docstring)."""
-        return 1 if self.weight.dtype == torch.bfloat16 else 2
+        return 1 if self.weight.dtype == torch.bfloat16 else FLOAT32_MIN_ROWS
 
     def _pack(self) -> torch.Tensor:
         w = self.weight

@@ -55,8 +55,8 @@ class TargetSpec:
             verification numerics, which differ with the number of rows verified, so they may differ from
             one-token-at-a-time decoding of the same cast (the bench's ``plain_match_rate`` counts how often).
         linear_kernels: ``auto`` | ``onednn`` | ``aten``: the kernels of the target's linear layers on CPU
-            (:mod:`hedgespec.models.linear_kernels`: oneDNN-packed weights make a K+1-row verification pass cost
-            little more than one row; ``auto`` packs a float32/bfloat16 CPU target when PyTorch has oneDNN).
+            (:mod:`hedgespec.models.linear_kernels`; default ``aten``: oneDNN-packed weights make passes of 4+
+            rows cheaper on one thread, not on two, and hold the linear weights twice).
         device: torch device string for the loaded model.
         seed: initialisation seed (kind ``tiny``).
         arch: architecture (kind ``tiny``).
@@ -75,7 +75,7 @@ class TargetSpec:
     revision: str | None = None
     dtype: str = "float32"
     compute_dtype: str | None = None
-    linear_kernels: str = "auto"
+    linear_kernels: str = "aten"
     device: str = "cpu"
     seed: int = 0
     arch: TinyArch = field(default_factory=TinyArch)
