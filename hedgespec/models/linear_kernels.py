@@ -18,8 +18,8 @@ little more than one row.
 * ``auto``: ``onednn`` for a CPU target in float32 or bfloat16 when this PyTorch has oneDNN, else ``aten``.
 
 The default is ``aten``. Measured on SmolLM2-135M (2 CPU cores, docs/engine.md): on one thread a 5-row pass costs
-84 ms packed vs 97 ms on aten (one row: 59 ms); on two threads the two are equal (57 vs 58 ms) and batched
-regeneration is 8% slower packed, so packing pays only for one-thread runs verifying 4 or more rows.
+77 ms packed vs 95 ms on aten (one row: 55 ms); on two threads the two are equal (57 ms) and batched
+generation is 13% slower packed, so packing pays only for one-thread runs verifying 4 or more rows.
 
 Numerics: the kernels differ in summation order only (float rounding, ~1e-6 relative in float32), as two row
 counts of the aten kernel already do; greedy outputs agree unless two logits tie at that precision. A weight
@@ -36,7 +36,7 @@ from .spec import LINEAR_KERNELS
 
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 #: float32 passes of fewer rows stay on aten, whose small-row kernel is as fast as one row up to 3 rows (the
-#: jump comes at 4: SmolLM2-135M, one thread, 58.6 / 63.8 / 68.5 / 94.8 ms for 1 / 2 / 3 / 4 rows)
+#: jump comes at 4: SmolLM2-135M, one thread, 55.4 / 60.1 / 64.3 / 90.7 ms for 1 / 2 / 3 / 4 rows)
 FLOAT32_MIN_ROWS = 4
 
 
