@@ -279,3 +279,22 @@ def test_plugin_pool_sizing_refuses_a_malformed_worker_config(monkeypatch):
     assert plugin._n_drafters() == 2
     monkeypatch.delenv(plugin.CONFIG_ENV)
     assert plugin._n_drafters() == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        ([5, 10**6], r"input_ids\[1\] = 1000000 is outside the target's vocabulary; valid token ids are \[0, 259\)"),
+        ([-3, 5], r"input_ids\[0\] = -3 is outside the target's vocabulary; valid token ids are \[0, 259\)"),
+        ([5, 259], r"input_ids\[1\] = 259 is outside"),
+    ],
+)
+def test_prompt_token_ids_outside_the_vocabulary_are_named(ids, message):
+    with pytest.raises(ValueError, match=message):
+        plugin.check_token_ids(ids, 259)
+
+
+def test_prompt_token_ids_inside_the_vocabulary_pass():
+    plugin.check_token_ids([0, 5, 258], 259)
+    plugin.check_token_ids(None, 259)
+    plugin.check_token_ids([], 259)

@@ -158,6 +158,74 @@ def test_malformed_request_gets_4xx_and_server_keeps_serving(random_server):
     assert len(_generate(srv, PROMPTS[0], 4)["output_ids"]) == 4
 
 
+# (name, /generate body, what the 400 answer must contain, {vocab} = the target's vocab_size); in docs/reliability.md
+BAD_REQUESTS = [
+    ("body not JSON", b"{not json", "JSON decode error"),
+    ("input_ids not a list", {"input_ids": "x", "sampling_params": {"max_new_tokens": 4}}, "must be list or null"),
+    (
+        "no prompt",
+        {"sampling_params": {"max_new_tokens": 4}},
+        "Either text, input_ids or input_embeds should be provided",
+    ),
+    ("empty input_ids", {"input_ids": [], "sampling_params": {"max_new_tokens": 4}}, "input_ids cannot be empty"),
+    (
+        "token id past the vocabulary",
+        {"input_ids": [5, 10**6], "sampling_params": {"temperature": 0, "max_new_tokens": 4}},
+        "input_ids[1] = 1000000 is outside the target's vocabulary; valid token ids are [0, {vocab})",
+    ),
+    (
+        "negative token id",
+        {"input_ids": [-3, 5], "sampling_params": {"temperature": 0, "max_new_tokens": 4}},
+        "input_ids[0] = -3 is outside the target's vocabulary",
+    ),
+    (
+        "temperature < 0",
+        {"input_ids": [5, 6], "sampling_params": {"temperature": -1, "max_new_tokens": 4}},
+        "temperature must be a non-negative finite number, got -1",
+    ),
+    (
+        "top_p = 0",
+        {"input_ids": [5, 6], "sampling_params": {"top_p": 0, "max_new_tokens": 4}},
+        "top_p must be in (0, 1]",
+    ),
+    (
+        "max_new_tokens < 0",
+        {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": -1}},
+        "max_new_tokens must be at least 0, got -1",
+    ),
+    (
+        "typo'd sampling key",
+        {"input_ids": [5, 6], "sampling_params": {"max_new_tokenz": 4}},
+        "unknown field `max_new_tokenz`, expected one of `max_new_tokens`",
+    ),
+]
+
+
+def test_bad_requests_get_400_naming_the_cause_and_the_server_keeps_serving(random_server, ckpt, reference):
+    """Every bad request of BAD_REQUESTS is answered 400 with its cause, and the next request is still served
+    losslessly. Token ids outside the vocabulary are refused by the plugin's request check: SGLang itself does
+    not check them, and the target's embedding lookup would raise inside the scheduler and stop the server."""
+    n, srv = random_server
+    if n != 1:
+        pytest.skip("runs once, on the 1-drafter server (servers are shared per pool size)")
+    vocab = json.loads((ckpt / "t_rand" / "config.json").read_text())["vocab_size"]
+    answers = {}
+    for name, body, _ in BAD_REQUESTS:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(
+            srv.plan.base_url + "/generate", data=data, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                answers[name] = (r.status, r.read().decode())
+        except urllib.error.HTTPError as err:
+            answers[name] = (err.code, err.read().decode())
+        assert _generate(srv, PROMPTS[0], 4)["output_ids"] == reference[tuple(PROMPTS[0])][:4], f"after {name!r}"
+    for name, _, message in BAD_REQUESTS:
+        code, text = answers[name]
+        assert code == 400 and message.format(vocab=vocab) in text, (name, code, text[:300])
+
+
 def test_request_longer_than_the_context_gets_400_naming_the_limit(random_server, ckpt, reference):
     """SGLang's own length check answers before any model work; one-token requests (finished in prefill, where
     SGLang never calls the worker's finish hook) and later requests are still served right."""
@@ -251,12 +319,12 @@ def test_reference_engine_agrees_with_the_server(ckpt, reference, random_server)
 
 
 def test_plugin_hook_targets_exist_in_this_sglang():
-    """The two HookRegistry targets of hedgespec.serving.plugin are real attributes of sglang 0.5.23."""
+    """The HookRegistry targets of hedgespec.serving.plugin are real attributes of sglang 0.5.23."""
     import importlib
 
     from hedgespec.serving import plugin
 
-    for dotted in (plugin._STREAMER_KEY, plugin._AUX_CONFIG):
+    for dotted in (plugin._STREAMER_KEY, plugin._AUX_CONFIG, plugin._VALIDATE_REQUEST):
         parts = dotted.split(".")
         for i in range(len(parts), 0, -1):
             try:

@@ -10,10 +10,12 @@ It registers, and only when called:
 
 * the ``HEDGESPEC`` algorithm (:class:`~hedgespec.serving.worker.HedgeSpecAlgo` →
   :class:`~hedgespec.serving.worker.HedgeSpecWorker`) with SGLang's speculative-algorithm registry;
-* two hooks through SGLang's own ``HookRegistry`` (applied by ``load_plugins``), both inert unless the
+* three hooks through SGLang's own ``HookRegistry`` (applied by ``load_plugins``), all inert unless the
   server runs HEDGESPEC: the ``hedgespec_*`` ``customized_info`` keys are reported once per request
-  (request-level, not per token), and the target's KV budget counts the draft layers of all N drafters
-  (SGLang's pool sizing counts one drafter).
+  (request-level, not per token); the target's KV budget counts the draft layers of all N drafters
+  (SGLang's pool sizing counts one drafter); and a prompt with a token id outside the target's vocabulary is
+  refused with a 400 naming the id (SGLang checks the prompt's length but not its ids, and the embedding
+  lookup would raise inside the scheduler and take the whole server down).
 
 Importing this module does nothing; sglang is imported inside :func:`register` only.
 """
@@ -33,6 +35,7 @@ _STREAMER_KEY = (
 _AUX_CONFIG = (
     "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state.resolve_spec_aux_hidden_state_config"
 )
+_VALIDATE_REQUEST = "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request"
 _registered = False
 
 
@@ -110,6 +113,22 @@ def _count_all_draft_pools(config: Any, *args: Any, **kwargs: Any) -> Any:
     return config
 
 
+def check_token_ids(input_ids: Any, vocab_size: int) -> None:
+    """Raise ``ValueError`` naming the first prompt token id outside ``[0, vocab_size)`` (``None``: no ids)."""
+    for i, token in enumerate(input_ids or ()):
+        if not 0 <= token < vocab_size:
+            raise ValueError(
+                f"input_ids[{i}] = {token} is outside the target's vocabulary; valid token ids are [0, {vocab_size})."
+            )
+
+
+def _refuse_out_of_vocab_ids(manager: Any, obj: Any, input_ids: Any, *args: Any, **kwargs: Any) -> None:
+    from sglang.srt.runtime_context import get_spec
+
+    if str(get_spec().speculative_algorithm).upper() == ALGORITHM:
+        check_token_ids(input_ids, int(manager.model_config.vocab_size))
+
+
 def register() -> None:
     """Register HEDGESPEC and its hooks with SGLang. Idempotent."""
     global _registered
@@ -127,4 +146,5 @@ def register() -> None:
     if not _registered:
         HookRegistry.register(_STREAMER_KEY, _request_level_key, HookType.AROUND)
         HookRegistry.register(_AUX_CONFIG, _count_all_draft_pools, HookType.AFTER)
+        HookRegistry.register(_VALIDATE_REQUEST, _refuse_out_of_vocab_ids, HookType.BEFORE)
         _registered = True
