@@ -79,3 +79,33 @@ def test_ucbspec_radius_by_hand() -> None:
         sel.observe(RoundFeedback(decision=d, accepted=0, emitted=1, start=0, gamma=np.full((1, N), 0.5)))
     want = 1.0 + 2.0 * math.sqrt(2.0 * (1.0 + 2.0 * math.log(3 * 16 * math.sqrt(2.0) / 0.5)))
     assert sel._index(4) == pytest.approx([want] * N, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["ucbspec", "metasd"])
+def test_a_drafter_left_untried_by_the_round_robin_is_tried_next(name) -> None:
+    """A runner that observes round-robin turns as another drafter's (the SGLang worker's substitute for a
+    dropped drafter) leaves drafters without a pull; their index is +inf (untried arm first), not 0/0 = NaN."""
+    sel = make_selector(name)
+    sel.begin_request(N, K)
+    for _ in range(N):  # every turn drafted by drafter 0
+        d = sel.select()
+        sub = type(d)(0, d.weights, d.ticket, d.evaluate)
+        sel.observe(RoundFeedback(sub, 2, 3, 0, np.full((3, N), 0.5)))
+    with np.errstate(all="raise"):  # no 0/0 or x/0 reaches the choice
+        assert sel.select().drafter in (1, 2)
+
+
+def test_exp3spec_learns_nothing_from_a_substituted_round() -> None:
+    """EXP3's Ẑ divides by the drawn drafter's p_t; a round drafted by a substitute (not drawn from p_t, whose
+    p_t can be 0) must not update Ẑ: before, it could make Ẑ infinite and p_t NaN."""
+    sel = make_selector("exp3spec", seed=3)
+    sel.begin_request(N, K)
+    d = sel.select()
+    z = sel.z.copy()
+    other = (d.drafter + 1) % N
+    sel.observe(RoundFeedback(type(d)(other, d.weights, d.ticket, d.evaluate), 0, 1, 0, np.zeros((1, N))))
+    np.testing.assert_array_equal(sel.z, z)
+    assert sel.rounds == 1
+    d = sel.select()
+    sel.observe(RoundFeedback(d, 0, 1, 1, np.zeros((1, N))))
+    assert sel.z[d.drafter] > 0 and np.count_nonzero(sel.z) == 1

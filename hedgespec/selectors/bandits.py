@@ -19,7 +19,11 @@ from hedgespec.types import BanditFeedback, Decision
 
 class _IndexPolicy(BanditSelector):
     """Shared skeleton of the UCB-style baselines: pull each drafter once (round-robin over the first N
-    rounds), then the argmax of a per-drafter index built from pull counts and summed rewards."""
+    rounds), then the argmax of a per-drafter index built from pull counts and summed rewards.
+
+    A drafter still without a pull after the round-robin (possible only when a runner observed its turn as
+    another drafter's: the SGLang worker's substitute for a dropped drafter) has index +inf, the UCB rule for
+    an untried arm, instead of the 0/0 its formula gives."""
 
     def __init__(self, seed: int = 0, evaluate: bool = True) -> None:
         super().__init__(evaluate)
@@ -34,7 +38,9 @@ class _IndexPolicy(BanditSelector):
         t = self.rounds + 1
         if t <= self.n:
             return self.decide(t - 1)
-        return self.decide(argmax_random_ties(self._index(t), self.rng))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            index = np.where(self.count > 0, self._index(t), np.inf)
+        return self.decide(argmax_random_ties(index, self.rng))
 
     def _observe_bandit(self, fb: BanditFeedback) -> None:
         self.count[fb.chosen] += 1
@@ -87,6 +93,7 @@ class EXP3Spec(BanditSelector):
         self.rng = request_rng(self.seed, self.ctx.request_id)
         self.z = np.zeros(self.n)
         self._p: np.ndarray | None = None
+        self._drawn = -1
 
     def probabilities(self) -> np.ndarray:
         t = self.rounds + 1
@@ -99,11 +106,16 @@ class EXP3Spec(BanditSelector):
         p = self.probabilities()
         self._p = p
         i = int(self.rng.choice(self.n, p=p))
+        self._drawn = i
         return self.decide(i, tuple(float(x) for x in p))
 
     def _observe_bandit(self, fb: BanditFeedback) -> None:
+        """Ẑ for the drawn drafter. A round drafted by another drafter than the one drawn (the SGLang worker's
+        substitute for a dropped drafter) has no importance weight: the substitute was not drawn from p_t, and
+        its p_{t,i} can be 0. Such a round updates nothing (it still counts in t)."""
         p = self._p if self._p is not None else self.probabilities()
-        self.z[fb.chosen] += (self.k + 1 - fb.reward) / (self.k * p[fb.chosen])
+        if self._p is None or fb.chosen == self._drawn:
+            self.z[fb.chosen] += (self.k + 1 - fb.reward) / (self.k * p[fb.chosen])
         self._p = None
 
 

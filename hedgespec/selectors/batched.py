@@ -73,6 +73,10 @@ class BatchFeedback:
         gamma: γ [b, U, N] (U ≥ max emitted): slot j's first ``emitted[j]`` rows are its emitted positions, the
             rest are ignored; None when only the chosen drafters were observed (enough for bandits).
         start: optional [b], each round's first generated-token position (checked against the slot's count).
+        drafters: optional [b], the drafter that actually drafted for each slot when it is not the one the
+            decision chose (a runner's substitute for a dropped drafter: the per-request selectors observe the
+            round as that drafter's, ``RoundFeedback.decision.drafter``); None: the decisions' own drafters.
+            Only the bandits read it (HedgeSpec's loss does not depend on who drafted).
     """
 
     slots: Any
@@ -80,6 +84,7 @@ class BatchFeedback:
     emitted: Any
     gamma: Any = None
     start: Any = None
+    drafters: Any = None
 
     @classmethod
     def from_rounds(cls, slots: Sequence[int], rounds: Sequence[RoundFeedback], n_drafters: int) -> BatchFeedback:
@@ -228,6 +233,10 @@ class SlotBatch(ABC):
             raise ValueError(f"feedback.accepted must lie in [0, K={self.k}], got {accepted.tolist()}")
         if np.count_nonzero((emitted - 1).view(np.uint64) > self.k):
             raise ValueError(f"feedback.emitted must lie in [1, K+1={self.k + 1}], got {emitted.tolist()}")
+        if feedback.drafters is not None:
+            d = _int_array(feedback.drafters, "feedback.drafters", s.size)
+            if np.count_nonzero(d.view(np.uint64) >= self.n):
+                raise ValueError(f"feedback.drafters must lie in [0, N={self.n}), got {d.tolist()}")
         self._observe(s, feedback, accepted, emitted)  # checks the rest before it changes anything
         self.rounds[s] += 1
         self._state[s] = _IDLE

@@ -2,7 +2,10 @@
 
 Same policies as :mod:`hedgespec.selectors.bandits`, slot by slot and operation for operation (so the same
 decisions and probabilities, bit for bit): one bandit round per verification, reward Y = accepted drafts + 1,
-and only the chosen drafter's outcome is read (``BatchFeedback.accepted``; γ is never touched).
+and only the chosen drafter's outcome is read (``BatchFeedback.accepted``; γ is never touched). A round drafted
+by another drafter than the chosen one (``BatchFeedback.drafters``: a runner's substitute) counts as that
+drafter's pull for UCBSpec and updates nothing for EXP3Spec, as the per-request selectors do with
+``RoundFeedback.decision.drafter``.
 """
 
 from __future__ import annotations
@@ -40,17 +43,19 @@ class BatchedUCBSpec(SlotBatch):
         idx = np.flatnonzero(t > self.n)
         if idx.size:
             n_i, tt = self.count[s[idx]], t[idx]
-            cr = (self.k / 2.0) * np.sqrt(
-                (1.0 + n_i)
-                / n_i**2
-                * (1.0 + 2.0 * np.log((self.n * tt * tt)[:, None] * np.sqrt(1.0 + n_i) / self.delta))
-            )
-            drafters[idx] = self._argmax_ties(s[idx], self.total[s[idx]] / n_i + cr)
+            with np.errstate(divide="ignore", invalid="ignore"):  # an untried drafter: +inf (see UCBSpec)
+                cr = (self.k / 2.0) * np.sqrt(
+                    (1.0 + n_i)
+                    / n_i**2
+                    * (1.0 + 2.0 * np.log((self.n * tt * tt)[:, None] * np.sqrt(1.0 + n_i) / self.delta))
+                )
+                index = np.where(n_i > 0, self.total[s[idx]] / n_i + cr, np.inf)
+            drafters[idx] = self._argmax_ties(s[idx], index)
         self._chosen[s] = drafters
         return BatchDecision(s, drafters, None, np.zeros(s.size, dtype=np.int64))
 
     def _observe(self, s: np.ndarray, fb: BatchFeedback, accepted: np.ndarray, emitted: np.ndarray) -> None:
-        chosen = self._chosen[s]
+        chosen = self._chosen[s] if fb.drafters is None else np.asarray(fb.drafters, dtype=np.int64)
         self.count[s, chosen] += 1
         self.total[s, chosen] += accepted + 1.0  # Y = accepted drafts + 1
 
@@ -93,4 +98,7 @@ class BatchedEXP3Spec(SlotBatch):
 
     def _observe(self, s: np.ndarray, fb: BatchFeedback, accepted: np.ndarray, emitted: np.ndarray) -> None:
         chosen = self._chosen[s]
+        if fb.drafters is not None:  # rounds drafted by a substitute update nothing (see EXP3Spec)
+            keep = np.asarray(fb.drafters, dtype=np.int64) == chosen
+            s, chosen, accepted = s[keep], chosen[keep], accepted[keep]
         self.z[s, chosen] += (self.k + 1 - (accepted + 1.0)) / (self.k * self._p[s, chosen])
