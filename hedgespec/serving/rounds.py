@@ -1,4 +1,6 @@
-"""Per-round bookkeeping of the HEDGESPEC worker that needs neither sglang nor torch (unit-testable).
+"""The HEDGESPEC worker's γ for one request, the definition (torch-free, sglang-free): the worker computes it for
+the whole batch at once (:func:`hedgespec.serving.rounds_batched.greedy_gamma_batch`), and the tests check the
+batched form against this one row for row.
 
 γ for one request and one verification round (the paper's counterfactual γ under greedy verification and
 chain drafting): the round emitted tokens e_0..e_m (m accepted drafts + the bonus token). Drafter i's proposal

@@ -3,15 +3,17 @@
 One decode round (the serving data flow of docs/architecture.md; HedgeSpec's full-information feedback with
 delayed ETAP/EAL losses), for a batch of requests each with its own selector:
 
-1. every request's selector picks a drafter ``i_t`` (:meth:`Selector.select`);
+1. every request's selector picks a drafter ``i_t`` (one vectorized ``select`` for the whole batch, see
+   :mod:`hedgespec.serving.selection`);
 2. each drafter that was picked by at least one request drafts a chain for the batch (its own KV pool and its
    own per-request recurrent state); the verify input takes each request's rows from its chosen drafter;
 3. **one** target verification (SGLang's ``run_eagle_verify``: lossless, greedy on CPU);
 4. draft-extend for **all** N drafters over the verified tokens (refreshes every drafter's KV and state, and
    gives every drafter's prediction at every emitted position with no extra target forward);
 5. γ[u, i] = 1{drafter i's argmax at emitted position u equals the committed token} (greedy γ, as
-   ``hedgespec.acceptance.gamma_greedy`` with top-1) → :class:`RoundFeedback` → ``selector.observe`` (the
-   selector's feedback ledger releases completed losses to its learner).
+   ``hedgespec.acceptance.gamma_greedy`` with top-1), built for the whole batch in one comparison
+   (:func:`hedgespec.serving.rounds_batched.greedy_gamma_batch`) → one ``observe`` for the batch (the
+   selectors' feedback ledgers release completed losses to their learners).
 
 Per-request ``meta_info`` gains ``hedgespec_histogram`` (rounds drafted by each drafter),
 ``hedgespec_weights`` (the last decision's distribution), ``hedgespec_selector``, ``hedgespec_rounds`` and
@@ -33,7 +35,9 @@ Scope: chain drafting (``--speculative-eagle-topk 1``), no overlap scheduling, n
 draft-extend CUDA graphs (the all-row draft logits exist only on the eager path). The worker is configured
 through the ``HEDGESPEC_CONFIG`` environment variable (JSON written by :func:`hedgespec.serving.argv.build_plan`,
 validated by :func:`hedgespec.serving.plugin.parse_worker_config`) because SGLang's ``ServerArgs`` is a sealed
-struct. Per-request states live in :class:`hedgespec.serving.states.RequestStates`, freed at finish and at abort.
+struct. Per-request states live in :class:`hedgespec.serving.states.RequestStates`, freed at finish and at abort;
+their selector state lives in :class:`hedgespec.serving.selection.WorkerSelection` (a batched selector's slots
+where the selector has a batched form, else one per-request selector each; the same decisions either way).
 """
 
 from __future__ import annotations
@@ -44,9 +48,10 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from sglang.srt.managers.schedule_batch import FINISH_ABORT
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
@@ -57,11 +62,10 @@ from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorker
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
-from hedgespec.selectors import make_selector
+from hedgespec.serving.draft_rows import DraftRows
 from hedgespec.serving.plugin import CONFIG_ENV, parse_worker_config
-from hedgespec.serving.rounds import greedy_gamma
+from hedgespec.serving.selection import Record, RoundChoice, WorkerSelection, round_gamma, substitutes
 from hedgespec.serving.states import RequestStates
-from hedgespec.types import RequestContext, RoundFeedback
 
 logger = logging.getLogger(__name__)
 
@@ -129,16 +133,12 @@ class HedgeSpecAlgo(CustomSpecAlgo):
 
 @dataclass
 class _RequestState:
-    """Per-request selector and drafter states (keyed by SGLang's request id)."""
+    """Per-request state (keyed by SGLang's request id): the selector state, the next first-token proposals and
+    the reported counts are ``rec``'s row of the worker's :class:`WorkerSelection`, each drafter's next draft
+    input the same row of its :class:`DraftRows` buffers."""
 
-    selector: Any
-    rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]  # per drafter: topk_p, topk_index, hidden
-    next_pred: list[int]  # per drafter: its proposal (target id) for the next committed token
+    rec: Record
     req: Any = None  # SGLang's Req (its finish reason tells an abort apart when the state is freed)
-    generated: int = 0
-    rounds: int = 0
-    histogram: list[int] = field(default_factory=list)
-    weights: list[float] | None = None
 
 
 def _snapshot(batch: Any) -> dict[str, Any]:
@@ -210,11 +210,24 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         self._names = [str(n) for n in (cfg.get("names") or [os.path.basename(os.path.normpath(p)) for p in paths])]
         self._alive = [True] * len(drafters)  # False once dropped (server-wide, see the module docstring)
         self._selector_name = str(cfg.get("selector", "hedgespec"))
-        self._selector_kwargs = dict(cfg.get("selector_kwargs") or {})
-        make_selector(self._selector_name, **self._selector_kwargs)  # fail at startup, not per request
+        capacity = 2 * int(getattr(server_args, "max_running_requests", None) or 128)  # + retracted requests
+        self._selection = WorkerSelection(
+            self._selector_name,
+            dict(cfg.get("selector_kwargs") or {}),
+            len(drafters),
+            int(self.speculative_num_steps),
+            capacity=capacity,
+        )
+        self._draft_rows = DraftRows(len(drafters))
         # freed at finish, abort or disconnect (hedgespec.serving.states); stale_state_s is only a backstop
         self._states = RequestStates(self._free_state, float(cfg.get("stale_state_s", 3600.0)))
-        logger.info("HEDGESPEC worker: %d drafters %s, selector %s", len(drafters), paths, self._selector_name)
+        logger.info(
+            "HEDGESPEC worker: %d drafters %s, selector %s (%s)",
+            len(drafters),
+            paths,
+            self._selector_name,
+            "batched" if self._selection.batch is not None else "per request",
+        )
 
     # ------------------------------------------------------------------ lifecycle hooks (all drafters)
     @property
@@ -257,18 +270,10 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         return st
 
     def _new_state(self, req: Any) -> _RequestState:
-        sel = make_selector(self._selector_name, **self._selector_kwargs)
-        sel.begin_request(self.n_drafters, int(self.speculative_num_steps), RequestContext(request_id=str(req.rid)))
-        return _RequestState(
-            selector=sel,
-            rows=[None] * self.n_drafters,
-            next_pred=[-1] * self.n_drafters,
-            req=req,
-            histogram=[0] * self.n_drafters,
-        )
+        return _RequestState(rec=self._selection.begin(str(req.rid)), req=req)
 
     def _free_state(self, st: _RequestState) -> None:
-        st.selector.end_request()
+        self._selection.end(st.rec)
         reason = getattr(st.req, "finished_reason", None)
         if isinstance(reason, FINISH_ABORT):  # client abort or disconnect: say so, finishes are silent
             logger.info(
@@ -317,18 +322,6 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             self._drop(j, f"raised {type(err).__name__}: {err} during {stage}")
             return None
 
-    def _substitute(self, decision: Any) -> int | None:
-        """Who drafts for ``decision``: its drafter while live, else the live drafter with the largest weight in
-        the decision (lowest index on ties), None when none is left."""
-        j = int(decision.drafter)
-        if self._alive[j]:
-            return j
-        live = self._live()
-        if not live:
-            return None
-        w = decision.weights
-        return live[0] if w is None else max(live, key=lambda i: (float(w[i]), -i))
-
     @staticmethod
     def _target_ids(drafter: EagleDraftWorker, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids → target ids (the drafter's hot-token map), on the ids' own device."""
@@ -336,26 +329,25 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         draft_ids = draft_ids.long()
         return hot.to(draft_ids.device)[draft_ids] if hot is not None else draft_ids
 
-    def _store_rows(self, j: int, reqs: list, ndi: Any) -> None:
+    def _records(self, reqs: list) -> tuple[list[Record], torch.Tensor]:
+        """The requests' selection records and their rows as a long tensor on the device (one copy per round)."""
+        records = [self._state(r).rec for r in reqs]
+        return records, torch.as_tensor(self._selection.rows(records), device=self.device)
+
+    def _store_rows(self, j: int, records: list[Record], req_rows: torch.Tensor, ndi: Any) -> None:
         """Keep drafter ``j``'s next-round draft input and its first-token proposal per request (one read)."""
-        self._keep_rows(j, reqs, ndi)
-        self._set_preds(j, reqs, self._target_ids(self._drafters[j], ndi.topk_index[:, 0]).to("cpu").tolist())
+        self._keep_rows(j, req_rows, ndi)
+        preds = self._target_ids(self._drafters[j], ndi.topk_index[:, 0]).to("cpu").numpy()
+        self._selection.set_first_pred(records, j, preds)
 
-    def _keep_rows(self, j: int, reqs: list, ndi: Any) -> None:
-        """Copy drafter ``j``'s next-round draft input rows per request, on the device (SGLang reuses
+    def _keep_rows(self, j: int, req_rows: torch.Tensor, ndi: Any) -> None:
+        """Copy drafter ``j``'s next-round draft input rows into its buffers, on the device (SGLang reuses
         ``next_draft_input`` and, under CUDA graphs, its buffers for the next drafter)."""
-        for b, req in enumerate(reqs):
-            self._state(req).rows[j] = (ndi.topk_p[b].clone(), ndi.topk_index[b].clone(), ndi.hidden_states[b].clone())
+        self._draft_rows.store(j, req_rows, self._selection.n_rows, (ndi.topk_p, ndi.topk_index, ndi.hidden_states))
 
-    def _set_preds(self, j: int, reqs: list, preds: list[int]) -> None:
-        for b, req in enumerate(reqs):
-            self._state(req).next_pred[j] = int(preds[b])
-
-    def _draft_input_for(self, j: int, base: Any, states: list[_RequestState]) -> Any:
+    def _draft_input_for(self, j: int, base: Any, req_rows: torch.Tensor) -> Any:
         info = copy.copy(base)
-        info.topk_p = torch.stack([st.rows[j][0] for st in states])
-        info.topk_index = torch.stack([st.rows[j][1] for st in states])
-        info.hidden_states = torch.stack([st.rows[j][2] for st in states])
+        info.topk_p, info.topk_index, info.hidden_states = self._draft_rows.load(j, req_rows)
         return info
 
     def _stub_draft_input(self, next_token_ids: torch.Tensor) -> Any:
@@ -393,12 +385,13 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             on_publish(out.new_seq_lens)
         snap = _snapshot(batch)
         first = None
+        records, req_rows = self._records(list(batch.reqs))
         for j in self._live():
             _restore(batch, snap)
             ndi = self._extend_prefill(j, batch, out, kv_loc_plan)
             if ndi is None:
                 continue
-            self._store_rows(j, batch.reqs, ndi)
+            self._store_rows(j, records, req_rows, ndi)
             first = ndi if first is None else first
         out.next_draft_input = first if first is not None else self._stub_draft_input(out.next_token_ids)
         return out
@@ -428,50 +421,38 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         t0 = time.perf_counter()
         self._states.sweep()  # requests that finished or were aborted since the last round (prefill included)
         reqs = list(batch.reqs)
-        states = [self._state(r) for r in reqs]
-        decisions = [st.selector.select() for st in states]
-        first_preds = [list(st.next_pred) for st in states]  # each drafter's proposal for e_0 (previous round)
-        verify_input, drafted = self._draft_round(batch, states, decisions)
+        records, req_rows = self._records(reqs)
+        choice = self._selection.select(records)
+        # each drafter's proposal for e_0, made after the previous round (the evaluation below replaces them)
+        first_preds = self._selection.first_pred[self._selection.rows(records)]
+        verify_input, drafted = self._draft_round(batch, req_rows, choice)
         batch.spec_info = verify_input
         t1 = time.perf_counter()
         out = self.verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
         if on_publish is not None:
             on_publish(out.new_seq_lens)
         t2 = time.perf_counter()
-        argmaxes = self._evaluate(batch, out, verify_input)
+        argmaxes = self._evaluate(batch, out, verify_input, records, req_rows)
         t3 = time.perf_counter()
 
-        accept_lens = out.accept_lens.to("cpu").tolist()
-        committed = out.next_token_ids.to("cpu").view(len(reqs), self.speculative_num_draft_tokens)
         timings = {"draft": t1 - t0, "verify": t2 - t1, "evaluate": t3 - t2}
-        for b, (req, st, dec) in enumerate(zip(reqs, states, decisions)):
-            self._observe(
-                req,
-                st,
-                dec if drafted[b] in (None, dec.drafter) else replace(dec, drafter=drafted[b]),
-                drafted[b] is not None,
-                int(accept_lens[b]),
-                committed[b],
-                first_preds[b],
-                [a[b] for a in argmaxes],
-                timings,
-            )
+        self._observe(reqs, records, choice, drafted, out, first_preds, argmaxes, timings)
         return out
 
-    def _draft_round(self, batch: Any, states: list[_RequestState], decisions: list) -> tuple[Any, list]:
-        """The verify input: each request's chain from the drafter that drafts for it (:meth:`_substitute`; a
+    def _draft_round(self, batch: Any, req_rows: torch.Tensor, choice: RoundChoice) -> tuple[Any, list]:
+        """The verify input: each request's chain from the drafter that drafts for it (``substitutes``; a
         drafter that raises is dropped and its requests re-drafted by their substitute), or a placeholder chain
         when no drafter is left. Returns it with, per request, that drafter (None: placeholder)."""
         base, snap = batch.spec_info, _snapshot(batch)
         proposals: dict[int, Any] = {}
         while True:
-            drafted = [self._substitute(d) for d in decisions]
+            drafted = substitutes(choice, self._alive)
             todo = sorted({j for j in drafted if j is not None} - proposals.keys())
             if not todo:
                 break
             for j in todo:
                 _restore(batch, snap)
-                batch.spec_info = self._draft_input_for(j, base, states)
+                batch.spec_info = self._draft_input_for(j, base, req_rows)
                 with self._active(j) as drafter:
                     proposal = self._run_drafter(j, "drafting", lambda: drafter.draft(batch))
                 if proposal is not None:
@@ -500,7 +481,9 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             del drafter.draft_forward
             drafter.cuda_graph_runner = graphs
 
-    def _evaluate(self, batch: Any, out: Any, verify_input: Any) -> list[torch.Tensor]:
+    def _evaluate(
+        self, batch: Any, out: Any, verify_input: Any, records: list[Record], req_rows: torch.Tensor
+    ) -> list[torch.Tensor]:
         """Draft-extend every live drafter over the verified tokens; per drafter its argmax (target ids) at every
         row, [B, ndt], −1 for a dropped drafter (a drafter that raises or is not finite is dropped here).
 
@@ -525,15 +508,15 @@ class HedgeSpecWorker(EAGLEWorkerV2):
                 self._drop(j, "ran no forward in draft-extend")
                 continue
             ndi, drafter = out.next_draft_input, self._drafters[j]
-            rows, ok = self._target_ids(drafter, sink[-1][0]), _finite(sink[-1][1], ndi.hidden_states)
-            pending.append((j, rows, self._target_ids(drafter, ndi.topk_index[:, 0]), ok))
-            self._keep_rows(j, reqs, ndi)  # a drafter found non-finite below is dropped; nothing reads its rows
-        for (j, *_), (rows, preds, ok) in zip(pending, self._read_back(pending)):
+            top1, ok = self._target_ids(drafter, sink[-1][0]), _finite(sink[-1][1], ndi.hidden_states)
+            pending.append((j, top1, self._target_ids(drafter, ndi.topk_index[:, 0]), ok))
+            self._keep_rows(j, req_rows, ndi)  # a drafter found non-finite below is dropped; nothing reads its rows
+        for (j, *_), (top1, preds, ok) in zip(pending, self._read_back(pending)):
             if not ok:
                 self._drop(j, "gave non-finite (NaN/inf) logits or hidden states in draft-extend")
                 continue
-            argmaxes[j] = rows.view(len(reqs), ndt)
-            self._set_preds(j, reqs, preds.tolist())
+            argmaxes[j] = top1.view(len(reqs), ndt)
+            self._selection.set_first_pred(records, j, preds.numpy())
         if not any(self._alive):
             self._stub_skipped_draft_extend(batch, out)  # SGLang's shape-valid rows; nothing drafts from them
         return argmaxes
@@ -573,44 +556,31 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
     def _observe(
         self,
-        req: Any,
-        st: _RequestState,
-        decision: Any,
-        drafted: bool,
-        accept_len: int,
-        committed: torch.Tensor,
-        first_pred: list[int],
-        row_preds: list[torch.Tensor],
+        reqs: list,
+        records: list[Record],
+        choice: RoundChoice,
+        drafted: list[int | None],
+        out: Any,
+        first_preds: np.ndarray,
+        argmaxes: list[torch.Tensor],
         timings: dict[str, float],
     ) -> None:
-        """Build γ for the emitted positions of one request and feed its selector (counterfactual γ, greedy chain case).
+        """Build γ for the whole batch and feed the selectors (counterfactual γ, greedy chain case).
 
-        Emitted tokens e_0..e_m (m accepted drafts + the bonus). Drafter i proposed e_0 from its state after the
-        previous round (``first_pred[i]``); its draft-extend row u−1 of this round (input e_{u−1}) predicts e_u.
-        ``decision`` names the drafter that drafted (``drafted`` False: the placeholder chain did); a dropped
-        drafter's γ is 0, as in the reference engine.
+        Request b emitted e_0..e_m (m accepted drafts + the bonus). Drafter i proposed e_0 from its state after
+        the previous round (``first_preds[b, i]``); its draft-extend row u−1 of this round (input e_{u−1})
+        predicts e_u (``argmaxes[i][b, u−1]``). ``drafted[b]`` drafted request b's chain (None: the placeholder
+        chain did); a dropped drafter's γ is 0, as in the reference engine.
         """
-        emitted = max(int(accept_len), 1)
-        gamma = greedy_gamma(first_pred, [p.tolist() for p in row_preds], committed[:emitted].tolist())
-        gamma[:, [j for j, alive in enumerate(self._alive) if not alive]] = 0.0
-        fb = RoundFeedback(
-            decision=decision,
-            accepted=emitted - 1,
-            emitted=emitted,
-            start=st.generated,
-            gamma=gamma,
-            timings=dict(timings),
-        )
-        st.selector.observe(fb)
-        st.generated += emitted
-        st.rounds += 1
-        if drafted:
-            st.histogram[decision.drafter] += 1
-        st.weights = [float(w) for w in decision.weights] if decision.weights is not None else None
-        req.customized_info = {
-            "hedgespec_histogram": list(st.histogram),
-            "hedgespec_weights": list(st.weights) if st.weights is not None else [],
-            "hedgespec_selector": [self._selector_name],
-            "hedgespec_rounds": [st.rounds],
-            "hedgespec_dropped": self.dropped,
-        }
+        b, ndt = len(reqs), self.speculative_num_draft_tokens
+        emitted = np.maximum(out.accept_lens.to("cpu").numpy().astype(np.int64), 1)
+        committed = out.next_token_ids.to("cpu").view(b, ndt).numpy()
+        gamma = round_gamma(first_preds, torch.stack(argmaxes).numpy(), committed, self._alive)
+        self._selection.observe(records, choice, drafted, emitted, gamma, timings)
+        selector, dropped = [self._selector_name], self.dropped
+        for req, rec in zip(reqs, records):
+            req.customized_info = {
+                **self._selection.info(rec),
+                "hedgespec_selector": selector,
+                "hedgespec_dropped": dropped,
+            }
