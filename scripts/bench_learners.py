@@ -5,9 +5,11 @@
 
 Goal: NormalHedge ≤ 20 µs per update at N=7 on this CPU (the paper reports 0.41 ms).
 Also times the whole HedgeSpec selector round (select + observe with a K+1-row γ matrix), and one round of a
-batch of B requests at N=8, K=4: B per-request HedgeSpec selectors in a loop (what the SGLang worker does)
-against one BatchedHedgeSpec (hedgespec/selectors/batched.py), in CPU µs per request per round
-(goal: ≤ 2 µs at B=64).
+batch of B requests at N=8, K=4: B per-request HedgeSpec selectors in a loop against one BatchedHedgeSpec
+(hedgespec/selectors/batched.py), in CPU µs per request per round (goal: ≤ 2 µs at B=64); and the SGLang
+worker's whole selection step per round (hedgespec/serving/selection.py: select, substitutes, γ of the batch,
+observe, the N drafters' next proposals and each request's meta_info) with the batched selector against its
+per-request fallback.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 
 from hedgespec.learners import Bold, Hedge, NormalHedge, Queued
 from hedgespec.selectors import BatchedHedgeSpec, BatchFeedback, HedgeSpec
+from hedgespec.serving.selection import WorkerSelection, round_gamma, substitutes
 from hedgespec.types import RequestContext, RoundFeedback
 
 BATCH_SIZES = (1, 16, 64, 256)
@@ -135,6 +138,47 @@ def batched_section(rounds: int, n: int = 8, k: int = 4) -> dict:
     }
 
 
+def time_worker_round(b: int, n: int, k: int, rounds: int, batched: bool) -> float:
+    """Median-of-3 CPU seconds per request per round of the worker's selection step (greedy chain γ from
+    random proposals over a 4-token vocabulary, every request emitting K+1 tokens, no drafter dropped)."""
+    rng = np.random.default_rng(3)
+    ndt, alive = k + 1, [True] * n
+    rows = rng.integers(0, 4, size=(rounds, n, b, ndt))
+    committed = rng.integers(0, 4, size=(rounds, b, ndt))
+    preds = rng.integers(0, 4, size=(rounds, n, b))
+    emitted = np.full(b, k + 1)
+    samples = []
+    for _ in range(3):
+        table = WorkerSelection("hedgespec", {}, n, k, capacity=b, batched=batched)
+        recs = [table.begin(f"req-{i}") for i in range(b)]
+        t0 = time.process_time()
+        for r in range(rounds):
+            choice = table.select(recs)
+            first = table.first_pred[table.rows(recs)]
+            drafted = substitutes(choice, alive)
+            gamma = round_gamma(first, rows[r], committed[r], alive)
+            table.observe(recs, choice, drafted, emitted, gamma)
+            for j in range(n):
+                table.set_first_pred(recs, j, preds[r, j])
+            for rec in recs:
+                table.info(rec)
+        samples.append((time.process_time() - t0) / (rounds * b))
+    return float(np.median(samples))
+
+
+def worker_section(rounds: int, n: int = 8, k: int = 4) -> dict:
+    """The worker's selection step, per-request fallback vs batched, for B in BATCH_SIZES."""
+    loop = {str(b): time_worker_round(b, n, k, rounds, batched=False) * 1e6 for b in BATCH_SIZES}
+    batch = {str(b): time_worker_round(b, n, k, rounds, batched=True) * 1e6 for b in BATCH_SIZES}
+    print(f"\nSGLang worker selection step (hedgespec/serving/selection.py; N={n}, K={k}, {rounds} rounds):")
+    print("CPU microseconds per request per round (select, γ, observe, proposals, meta_info)")
+    print("| B | per-request selectors | batched | speed-up |")
+    print("|---|---|---|---|")
+    for b in BATCH_SIZES:
+        print(f"| {b} | {loop[str(b)]:.2f} | {batch[str(b)]:.2f} | {loop[str(b)] / batch[str(b)]:.1f}x |")
+    return {"unit": "cpu_us_per_request_round", "n": n, "k": k, "rounds": rounds, "per_request": loop, "batched": batch}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5000)
@@ -176,6 +220,7 @@ def main() -> None:
         "results": results,
         "wall_us_per_step": wall,
         "batched_round": batched_section(args.batch_rounds),
+        "worker_round": worker_section(args.batch_rounds),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2))
