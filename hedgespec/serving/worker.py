@@ -536,22 +536,20 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         return out
 
     def _compose(self, proposals: dict[int, Any], choices: list[int]) -> Any:
-        """Verify input whose request b rows come from drafter ``choices[b]`` (chain trees share structure)."""
-        ref = choices[0]
-        verify_input = proposals[ref]
+        """Verify input whose request b rows come from drafter ``choices[b]`` (chain trees share structure): one
+        gather over the drafters' stacked draft tokens (and draft probabilities), not one copy per request."""
+        verify_input = proposals[choices[0]]
         if len(proposals) == 1:
             return verify_input
-        ndt = self.speculative_num_draft_tokens
-        tokens = verify_input.draft_token.clone()
-        probs = verify_input.draft_probs.clone() if verify_input.draft_probs is not None else None
-        for b, j in enumerate(choices):
-            if j == ref:
-                continue
-            tokens[b * ndt : (b + 1) * ndt] = proposals[j].draft_token[b * ndt : (b + 1) * ndt]
-            if probs is not None and proposals[j].draft_probs is not None:
-                probs[b] = proposals[j].draft_probs[b]
-        verify_input.draft_token = tokens
-        verify_input.draft_probs = probs
+        ids, b = list(proposals), len(choices)
+        device = verify_input.draft_token.device
+        src = torch.tensor([ids.index(j) for j in choices], device=device)
+        at = torch.arange(b, device=device)
+        tokens = torch.stack([proposals[j].draft_token.view(b, -1) for j in ids])
+        verify_input.draft_token = tokens[src, at].reshape(-1)
+        probs = [proposals[j].draft_probs for j in ids]
+        if all(p is not None for p in probs):  # (SGLang's target-only verification does not read them)
+            verify_input.draft_probs = torch.stack(probs)[src, at]
         return verify_input
 
     def _observe(
