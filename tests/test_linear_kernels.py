@@ -18,6 +18,7 @@ from hedgespec.models.linear_kernels import (
     PackedLinear,
     linear_kernels_of,
     onednn_available,
+    packs_dtype,
     resolve_kernels,
     use_linear_kernels,
 )
@@ -50,6 +51,8 @@ def test_auto_packs_a_cpu_float32_target_default_aten_does_not_and_keeps_its_par
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 @pytest.mark.parametrize("rows", [1, 2, 5, 9, 130])
 def test_packed_linear_equals_functional_linear(dtype, tol, rows):
+    if not packs_dtype(dtype):  # a property of the CPU (AVX2-only CPUs have no oneDNN bfloat16 path)
+        pytest.skip(f"this CPU cannot pack {dtype} weights with oneDNN")
     g = torch.Generator().manual_seed(rows)
     lin = torch.nn.Linear(96, 200, bias=True).to(dtype)
     with torch.no_grad():
@@ -122,3 +125,24 @@ def test_bad_linear_kernels_are_named():
     ):
         use_linear_kernels(half, "onednn")
     assert type(half) is torch.nn.Linear  # nothing was changed
+
+
+@needs_onednn
+def test_a_cpu_without_bfloat16_packing_keeps_bfloat16_targets_on_aten(monkeypatch):
+    """On a CPU where oneDNN has no bfloat16 path (AVX2 only), ``auto`` leaves a bfloat16 target on aten, an
+    explicit ``onednn`` is refused naming the CPU, and an already wrapped bfloat16 layer computes on aten instead
+    of raising inside the packing call."""
+    import hedgespec.models.linear_kernels as lk
+
+    monkeypatch.setattr(lk, "packs_dtype", lambda dtype: dtype == torch.float32)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4)).to(torch.bfloat16)
+    assert resolve_kernels(model, "auto") == "aten"
+    assert resolve_kernels(model.float(), "auto") == "onednn"
+    with pytest.raises(ValueError, match="this CPU cannot pack bfloat16 weights with oneDNN"):
+        resolve_kernels(model.to(torch.bfloat16), "onednn")
+    lin = torch.nn.Linear(8, 4).to(torch.bfloat16)
+    packed = PackedLinear.wrap(lin)
+    x = torch.randn(6, 8).to(torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(packed(x), torch.nn.functional.linear(x, lin.weight, lin.bias))
+    assert packed._packed is None  # never packed

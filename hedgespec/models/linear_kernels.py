@@ -15,7 +15,9 @@ little more than one row.
   and batched regeneration steps take the packed path, its one-row decoding steps the aten path), so "× plain"
   compares each pass on its best kernel. The packed copies hold the linear weights' memory once more.
 * ``aten``: plain PyTorch modules.
-* ``auto``: ``onednn`` for a CPU target in float32 or bfloat16 when this PyTorch has oneDNN, else ``aten``.
+* ``auto``: ``onednn`` for a CPU target in float32 or bfloat16 when this PyTorch has oneDNN and this CPU can
+  pack that dtype (bfloat16 packing needs AVX-512 BW/VL/DQ or AVX-NE-CONVERT: an AVX2-only CPU cannot), else
+  ``aten``.
 
 The default is ``aten``. Measured on SmolLM2-135M (2 CPU cores, docs/engine.md): on one thread a 5-row pass costs
 77 ms packed vs 95 ms on aten (one row: 55 ms); on two threads the two are equal (57 ms) and batched
@@ -28,6 +30,7 @@ changed in place or replaced after wrapping is packed again on its next use.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -48,6 +51,16 @@ def onednn_available() -> bool:
     )
 
 
+@functools.cache
+def packs_dtype(dtype: torch.dtype) -> bool:
+    """Whether oneDNN packs linear weights of ``dtype`` on this CPU: float32 always, bfloat16 only where oneDNN
+    has a bfloat16 path (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``; on an AVX2-only CPU packing raises
+    "bf16 path needs the cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq")."""
+    if dtype == torch.float32:
+        return True
+    return dtype == torch.bfloat16 and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def resolve_kernels(model: Any, choice: str) -> str:
     """``onednn`` or ``aten`` for ``model`` (see the module docstring); an impossible explicit choice is named."""
     if choice not in LINEAR_KERNELS:
@@ -57,7 +70,7 @@ def resolve_kernels(model: Any, choice: str) -> str:
     dtype = param.dtype if param is not None else torch.float32
     usable = device == "cpu" and dtype in PACKED_DTYPES
     if choice == "auto":
-        return "onednn" if usable and onednn_available() else "aten"
+        return "onednn" if usable and onednn_available() and packs_dtype(dtype) else "aten"
     if choice == "onednn" and not usable:
         raise ValueError(
             f"target linear_kernels=onednn packs CPU weights in float32 or bfloat16; this target is "
@@ -67,6 +80,12 @@ def resolve_kernels(model: Any, choice: str) -> str:
         raise ValueError(
             "target linear_kernels=onednn: this PyTorch build has no oneDNN linear packing "
             "(torch.backends.mkldnn.is_available() is False); use linear_kernels=auto or aten"
+        )
+    if choice == "onednn" and not packs_dtype(dtype):
+        raise ValueError(
+            f"target linear_kernels=onednn: this CPU cannot pack {str(dtype).removeprefix('torch.')} weights with "
+            "oneDNN (bfloat16 needs AVX-512 BW/VL/DQ or AVX-NE-CONVERT); use linear_kernels=auto or aten, or a "
+            "float32 target"
         )
     return choice
 
@@ -137,6 +156,7 @@ class PackedLinear(torch.nn.Linear):
             and x.device.type == "cpu"
             and x.dtype == self.weight.dtype
             and self.weight.dtype in PACKED_DTYPES
+            and packs_dtype(self.weight.dtype)
             and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
         )
         if not packed:
