@@ -106,7 +106,7 @@ def _run(name, kwargs, n, k, capacity, seed, rounds=80, max_live=6, batched=True
             ref.observe(r, decisions[j], drafted[j], int(emitted[j]), committed[j], row_preds[:, j].tolist(), alive)
         for i in np.flatnonzero(alive).tolist():  # each live drafter's next first-token proposal
             preds = rng.integers(0, VOCAB, size=b)
-            table.set_first_pred(records, i, preds)
+            table.set_first_pred(table.rows(records), i, preds)
             for r, p in zip(rids, preds.tolist()):
                 ref.st[r]["pred"][i] = p
         for r in rids:

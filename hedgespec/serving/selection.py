@@ -176,8 +176,7 @@ class WorkerSelection:
         self.histogram = np.zeros((0, self.n), dtype=np.int64)
         self.rounds = np.zeros(0, dtype=np.int64)
         self.generated = np.zeros(0, dtype=np.int64)
-        self.weights = np.zeros((0, self.n))
-        self._has_weights = np.zeros(0, dtype=bool)
+        self.weights = np.zeros((0, self.n))  # NaN rows: the last decision had no distribution
         self._grow(max(int(capacity), 1))
 
     def _grow(self, rows: int) -> None:
@@ -186,8 +185,7 @@ class WorkerSelection:
         self.histogram = np.concatenate([self.histogram, np.zeros((extra, self.n), dtype=np.int64)])
         self.rounds = np.concatenate([self.rounds, np.zeros(extra, dtype=np.int64)])
         self.generated = np.concatenate([self.generated, np.zeros(extra, dtype=np.int64)])
-        self.weights = np.concatenate([self.weights, np.zeros((extra, self.n))])
-        self._has_weights = np.concatenate([self._has_weights, np.zeros(extra, dtype=bool)])
+        self.weights = np.concatenate([self.weights, np.full((extra, self.n), np.nan)])
         self._free_rows = list(range(rows - 1, self._rows - 1, -1)) + self._free_rows
         self._rows = rows
 
@@ -200,7 +198,7 @@ class WorkerSelection:
         self.first_pred[row] = -1
         self.histogram[row] = 0
         self.rounds[row] = self.generated[row] = 0
-        self._has_weights[row] = False
+        self.weights[row] = np.nan
         ctx = RequestContext(request_id=str(rid))
         if self._free_slots:
             slot = self._free_slots.pop()
@@ -294,22 +292,17 @@ class WorkerSelection:
         self.rounds[rows] += 1
         ok = drafted >= 0
         np.add.at(self.histogram, (rows[ok], drafted[ok]), 1)
-        if choice.weights is not None:
-            has = ~np.isnan(choice.weights[:, 0])
-            self.weights[rows[has]] = choice.weights[has]
-            self._has_weights[rows] = has
-        else:
-            self._has_weights[rows] = False
+        self.weights[rows] = np.nan if choice.weights is None else choice.weights
 
-    def set_first_pred(self, records: Sequence[Record], j: int, preds: np.ndarray) -> None:
-        """Drafter ``j``'s proposal for each request's next first token."""
-        self.first_pred[self.rows(records), j] = preds
+    def set_first_pred(self, rows: np.ndarray, j: int, preds: np.ndarray) -> None:
+        """Drafter ``j``'s proposal for the next first token of the requests at ``rows`` (:meth:`rows`)."""
+        self.first_pred[rows, j] = preds
 
     def info(self, rec: Record) -> dict[str, list]:
         """The request's meta_info fields (``hedgespec_histogram``, ``hedgespec_weights``, ``hedgespec_rounds``)."""
         r = rec.row
         return {
             "hedgespec_histogram": self.histogram[r].tolist(),
-            "hedgespec_weights": self.weights[r].tolist() if self._has_weights[r] else [],
+            "hedgespec_weights": [] if np.isnan(self.weights[r, 0]) else self.weights[r].tolist(),
             "hedgespec_rounds": [int(self.rounds[r])],
         }

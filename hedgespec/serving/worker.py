@@ -329,16 +329,17 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         draft_ids = draft_ids.long()
         return hot.to(draft_ids.device)[draft_ids] if hot is not None else draft_ids
 
-    def _records(self, reqs: list) -> tuple[list[Record], torch.Tensor]:
-        """The requests' selection records and their rows as a long tensor on the device (one copy per round)."""
+    def _records(self, reqs: list) -> tuple[list[Record], np.ndarray, torch.Tensor]:
+        """The requests' selection records and their rows, on the host and on the device (one copy per round)."""
         records = [self._state(r).rec for r in reqs]
-        return records, torch.as_tensor(self._selection.rows(records), device=self.device)
+        rows = self._selection.rows(records)
+        return records, rows, torch.as_tensor(rows, device=self.device)
 
-    def _store_rows(self, j: int, records: list[Record], req_rows: torch.Tensor, ndi: Any) -> None:
+    def _store_rows(self, j: int, rows: np.ndarray, req_rows: torch.Tensor, ndi: Any) -> None:
         """Keep drafter ``j``'s next-round draft input and its first-token proposal per request (one read)."""
         self._keep_rows(j, req_rows, ndi)
         preds = self._target_ids(self._drafters[j], ndi.topk_index[:, 0]).to("cpu").numpy()
-        self._selection.set_first_pred(records, j, preds)
+        self._selection.set_first_pred(rows, j, preds)
 
     def _keep_rows(self, j: int, req_rows: torch.Tensor, ndi: Any) -> None:
         """Copy drafter ``j``'s next-round draft input rows into its buffers, on the device (SGLang reuses
@@ -385,13 +386,13 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             on_publish(out.new_seq_lens)
         snap = _snapshot(batch)
         first = None
-        records, req_rows = self._records(list(batch.reqs))
+        _, rows, req_rows = self._records(list(batch.reqs))
         for j in self._live():
             _restore(batch, snap)
             ndi = self._extend_prefill(j, batch, out, kv_loc_plan)
             if ndi is None:
                 continue
-            self._store_rows(j, records, req_rows, ndi)
+            self._store_rows(j, rows, req_rows, ndi)
             first = ndi if first is None else first
         out.next_draft_input = first if first is not None else self._stub_draft_input(out.next_token_ids)
         return out
@@ -421,10 +422,10 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         t0 = time.perf_counter()
         self._states.sweep()  # requests that finished or were aborted since the last round (prefill included)
         reqs = list(batch.reqs)
-        records, req_rows = self._records(reqs)
+        records, rows, req_rows = self._records(reqs)
         choice = self._selection.select(records)
         # each drafter's proposal for e_0, made after the previous round (the evaluation below replaces them)
-        first_preds = self._selection.first_pred[self._selection.rows(records)]
+        first_preds = self._selection.first_pred[rows]
         verify_input, drafted = self._draft_round(batch, req_rows, choice)
         batch.spec_info = verify_input
         t1 = time.perf_counter()
@@ -432,7 +433,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         if on_publish is not None:
             on_publish(out.new_seq_lens)
         t2 = time.perf_counter()
-        argmaxes = self._evaluate(batch, out, verify_input, records, req_rows)
+        argmaxes = self._evaluate(batch, out, verify_input, rows, req_rows)
         t3 = time.perf_counter()
 
         timings = {"draft": t1 - t0, "verify": t2 - t1, "evaluate": t3 - t2}
@@ -482,7 +483,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             drafter.cuda_graph_runner = graphs
 
     def _evaluate(
-        self, batch: Any, out: Any, verify_input: Any, records: list[Record], req_rows: torch.Tensor
+        self, batch: Any, out: Any, verify_input: Any, rows: np.ndarray, req_rows: torch.Tensor
     ) -> list[torch.Tensor]:
         """Draft-extend every live drafter over the verified tokens; per drafter its argmax (target ids) at every
         row, [B, ndt], −1 for a dropped drafter (a drafter that raises or is not finite is dropped here).
@@ -516,7 +517,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
                 self._drop(j, "gave non-finite (NaN/inf) logits or hidden states in draft-extend")
                 continue
             argmaxes[j] = top1.view(len(reqs), ndt)
-            self._selection.set_first_pred(records, j, preds.numpy())
+            self._selection.set_first_pred(rows, j, preds.numpy())
         if not any(self._alive):
             self._stub_skipped_draft_extend(batch, out)  # SGLang's shape-valid rows; nothing drafts from them
         return argmaxes
