@@ -154,13 +154,13 @@ def time_worker_round(b: int, n: int, k: int, rounds: int, batched: bool) -> flo
         t0 = time.process_time()
         for r in range(rounds):
             choice = table.select(recs)
-            rows = table.rows(recs)
-            first = table.first_pred[rows]
+            req_rows = table.rows(recs)
+            first = table.first_pred[req_rows]
             drafted = substitutes(choice, alive)
             gamma = round_gamma(first, rows[r], committed[r], alive)
             table.observe(recs, choice, drafted, emitted, gamma)
             for j in range(n):
-                table.set_first_pred(rows, j, preds[r, j])
+                table.set_first_pred(req_rows, j, preds[r, j])
             for rec in recs:
                 table.info(rec)
         samples.append((time.process_time() - t0) / (rounds * b))
