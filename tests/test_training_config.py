@@ -321,6 +321,50 @@ def test_gpu_count_checked_before_any_work(
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_train_dtype_is_one_setting(
+    tmp_path: Path, native: bool, no_target_loading: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """train.dtype=auto trains in bfloat16 where it is native (a GPU, a CPU with oneDNN's bfloat16 path) and in
+    float32 on other CPUs; features and SpecForge get the same dtype, and neither can be set apart from it."""
+    import hedgespec.models.linear_kernels as lk
+
+    monkeypatch.setattr(lk, "native_bfloat16", lambda: native)
+
+    def plan(*overrides: str, target: str = "tiny", budget: str = "tiny") -> dict:
+        extra = ("domain=sql", "train.plan_only=true", f"target={target}", f"train={budget}", *overrides)
+        return train_drafter(compose_train(tmp_path, *extra)).specforge_config
+
+    assert plan()["model"]["torch_dtype"] == ("bfloat16" if native else "float32")
+    assert plan(target="smollm2", budget="embedded")["model"]["torch_dtype"] == ("bfloat16" if native else "float32")
+    assert plan(target="llama8b", budget="paper")["model"]["torch_dtype"] == "bfloat16"  # device=cuda
+    assert plan("train.dtype=float16")["model"]["torch_dtype"] == "float16"
+    with pytest.raises(ValueError, match=r"train.dtype='fp8' is unknown; expected one of auto, bfloat16"):
+        plan("train.dtype=fp8")
+    for field in ("train.features.dtype", "train.specforge.model.torch_dtype"):
+        with pytest.raises(ValueError, match=rf"{field} is set from train.dtype .*remove it and set train.dtype"):
+            plan(f"+{field}=float32")
+    with pytest.raises(ValueError, match=r"train.dtype=float32 with train.gpus=8: SpecForge's torchrun workers"):
+        plan("train.dtype=float32", "train.gpus=8", target="llama8b", budget="paper")
+    assert not any(tmp_path.iterdir())
+
+
+def test_bfloat16_runs_keep_the_key_they_had_before_train_dtype(tmp_path: Path) -> None:
+    """Runs trained before train.dtype existed set both fields to bfloat16 by hand: a bfloat16 run resolves to
+    that same budget, so its run key (and its resume) is unchanged."""
+    from omegaconf import OmegaConf
+
+    from hedgespec.training.config import resolve_train_dtype
+    from hedgespec.training.hashing import json_hash
+    from hedgespec.training.pipeline import _keyed_train
+
+    train = OmegaConf.to_container(compose_train(tmp_path, *tiny_overrides("train.dtype=bfloat16"))["train"])
+    before = {k: v for k, v in train.items() if k != "dtype"}
+    before["features"] = {**before["features"], "dtype": "bfloat16"}
+    before["specforge"] = {**before["specforge"], "model": {"torch_dtype": "bfloat16"}}
+    assert json_hash(_keyed_train(resolve_train_dtype(train))) == json_hash(_keyed_train(before))
+
+
 @pytest.mark.parametrize("target", ["llama8b", "qwen8b", "qwen32b"])
 def test_paper_budget_trains_on_regenerated_hf_data(
     tmp_path: Path, target: str, no_target_loading: None, monkeypatch: pytest.MonkeyPatch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -69,6 +70,32 @@ def test_tiny_end_to_end_then_reuse(tmp_path: Path) -> None:
     # a second drafter (another domain) joins the same pool and reuses nothing it should not
     third = train_drafter(compose_train(tmp_path, *tiny_overrides("domain=general")))
     assert load_pool(third.manifest).names == ["sql", "general"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_training_runs_in_either_dtype(tmp_path: Path, dtype: str) -> None:
+    """Features, the cached target head and SpecForge's run share train.dtype (SpecForge itself casts the target
+    head to bfloat16; a float32 run must still train), and the export loads in the engine."""
+    from specforge.modeling.target.target_head import TargetHead
+
+    torch.set_num_threads(1)
+    original = TargetHead.__dict__["from_pretrained"]
+    res = train_drafter(compose_train(tmp_path, *tiny_overrides(f"train.dtype={dtype}")))
+    assert TargetHead.__dict__["from_pretrained"] is original  # the cast is scoped to the run
+    assert res.final_step == 6 and res.specforge_config["model"]["torch_dtype"] == dtype
+    assert all(math.isfinite(float(res.metrics[k])) for k in ("loss", "acc_0"))
+    feats = json.loads((Path(res.stages["features"]["path"]) / "features.json").read_text())
+    assert feats["dtype"] == dtype
+    (head,) = (tmp_path / "cache" / "target_head").glob(f"*-{dtype}/model-00001-of-00001.safetensors")
+    from safetensors import safe_open
+
+    with safe_open(str(head), framework="pt") as f:
+        assert all(f.get_slice(k).get_dtype() == {"float32": "F32", "bfloat16": "BF16"}[dtype] for k in f.keys())
+    from hedgespec.engine.eagle3 import Eagle3Drafter
+    from hedgespec.models import load_target
+
+    model, _ = load_target(TINY4)
+    assert Eagle3Drafter.load(res.export_dir, model).config.draft_vocab_size == 256
 
 
 def test_foreign_directories_are_not_overwritten(tmp_path: Path) -> None:

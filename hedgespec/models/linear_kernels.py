@@ -52,13 +52,21 @@ def onednn_available() -> bool:
 
 
 @functools.cache
+def native_bfloat16() -> bool:
+    """Whether this CPU has oneDNN's bfloat16 path (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: AVX-512
+    BW/VL/DQ or AVX-NE-CONVERT). Without it bfloat16 matmuls are emulated: on an AVX2-only CPU a draft lm_head's
+    forward+backward is ~100x slower in bfloat16 than in float32 (docs/results/cpu_dtype/avx2/matmul_dtype.log)."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+@functools.cache
 def packs_dtype(dtype: torch.dtype) -> bool:
-    """Whether oneDNN packs linear weights of ``dtype`` on this CPU: float32 always, bfloat16 only where oneDNN
-    has a bfloat16 path (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``; on an AVX2-only CPU packing raises
-    "bf16 path needs the cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq")."""
+    """Whether oneDNN packs linear weights of ``dtype`` on this CPU: float32 always, bfloat16 only where
+    :func:`native_bfloat16` (elsewhere packing raises "bf16 path needs the cpu support avx_ne_convert or
+    avx512bw, avx512vl and avx512dq")."""
     if dtype == torch.float32:
         return True
-    return dtype == torch.bfloat16 and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return dtype == torch.bfloat16 and native_bfloat16()
 
 
 def resolve_kernels(model: Any, choice: str) -> str:

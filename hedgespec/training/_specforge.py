@@ -8,7 +8,9 @@ the command that fixes it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Iterator
 from types import ModuleType
 
 SPECFORGE_VERSION = "0.2.0"
@@ -56,3 +58,27 @@ def specforge_cli_main(argv: list[str]) -> int:
     from specforge.cli import main
 
     return int(main(argv) or 0)
+
+
+@contextlib.contextmanager
+def target_head_dtype(dtype: str) -> Iterator[None]:
+    """SpecForge 0.2.0's ``TargetHead.from_pretrained`` casts the frozen target head to bfloat16 whatever the
+    run's ``model.torch_dtype``, so a float32 run fails at its first step ("expected m1 and m2 to have the same
+    dtype"); for the duration of the call the loaded head is cast to ``dtype`` instead (bfloat16: unchanged)."""
+    require_specforge()
+    import torch
+    from specforge.modeling.target.target_head import TargetHead
+
+    if dtype == "bfloat16":
+        yield
+        return
+    original = TargetHead.__dict__["from_pretrained"]
+
+    def from_pretrained(cls: type, *args: object, **kwargs: object) -> object:
+        return original.__func__(cls, *args, **kwargs).to(dtype=getattr(torch, dtype))
+
+    TargetHead.from_pretrained = classmethod(from_pretrained)
+    try:
+        yield
+    finally:
+        TargetHead.from_pretrained = original

@@ -53,6 +53,49 @@ def validate_specforge(raw: Mapping[str, Any]) -> Any:
         ) from exc
 
 
+#: ``train.dtype`` values: ``auto`` is bfloat16 where it is native (a GPU, or a CPU with oneDNN's bfloat16 path)
+#: and float32 elsewhere (an AVX2-only CPU emulates bfloat16 ~100x slower than float32)
+TRAIN_DTYPES = ("auto", "bfloat16", "float16", "float32")
+#: the two places a SpecForge run reads the training dtype, both filled from ``train.dtype`` by
+#: :func:`resolve_train_dtype` (features are stored in it, and SpecForge's offline run computes in the
+#: features' dtype: NO_SHARD does no mixed-precision cast)
+DTYPE_FIELDS = (("features", "dtype"), ("specforge", "model", "torch_dtype"))
+
+
+def auto_train_dtype(device: str) -> str:
+    """``train.dtype=auto`` on ``device``: bfloat16 off CPU, on CPU bfloat16 only where it is native."""
+    if device != "cpu":
+        return "bfloat16"
+    from hedgespec.models.linear_kernels import native_bfloat16
+
+    return "bfloat16" if native_bfloat16() else "float32"
+
+
+def resolve_train_dtype(train: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the train budget with ``train.dtype`` resolved into :data:`DTYPE_FIELDS` (and removed: what
+    the run key and SpecForge see is the dtype trained in, so a run trained in bfloat16 keeps its key whether
+    that came from ``auto`` or from ``bfloat16``). Either field set by hand is refused: ``train.dtype`` is the
+    one setting."""
+    out = copy.deepcopy(dict(train))
+    for path in DTYPE_FIELDS:
+        node: Any = out
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if isinstance(node, Mapping) and path[-1] in node:
+            raise ValueError(
+                f"train.{'.'.join(path)} is set from train.dtype (features and SpecForge must share one dtype); "
+                f"remove it and set train.dtype to one of {', '.join(TRAIN_DTYPES)}"
+            )
+    choice = str(out.pop("dtype", "auto"))
+    if choice not in TRAIN_DTYPES:
+        raise ValueError(f"train.dtype={choice!r} is unknown; expected one of {', '.join(TRAIN_DTYPES)}")
+    dtype = auto_train_dtype(str(out.get("device", "cpu"))) if choice == "auto" else choice
+    out["features"] = {**(out.get("features") or {}), "dtype": dtype}
+    specforge = out["specforge"] = dict(out.get("specforge") or {})
+    specforge["model"] = {**(specforge.get("model") or {}), "torch_dtype": dtype}
+    return out
+
+
 def check_budget_block(block: Mapping[str, Any]) -> None:
     """Reject bridge-owned keys in a budget's ``specforge`` block (they would be silently replaced)."""
     for section, key in BRIDGE_OWNED:

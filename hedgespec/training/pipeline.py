@@ -54,11 +54,12 @@ from data_recipes.common import EVAL_ONLY_DOMAINS, SOURCES, TRAIN_DOMAINS
 from hedgespec.io import atomic_dir, write_json_atomic
 from hedgespec.models import TargetSpec, cache_dir, resolve_target
 from hedgespec.pools import DrafterEntry, TargetInfo, pool_path, register_drafter, weights_hash
-from hedgespec.training._specforge import require_specforge, specforge_cli_main
+from hedgespec.training._specforge import require_specforge, specforge_cli_main, target_head_dtype
 from hedgespec.training.capture_deepspeed import capture_features_deepspeed, check_features_backend, target_model_dir
 from hedgespec.training.config import (
     compose_specforge,
     draft_config_dict,
+    resolve_train_dtype,
     specforge_chat_template,
     validate_early,
     validate_specforge,
@@ -507,7 +508,7 @@ def setup(cfg: Any) -> TrainRun:
     if str(cfg.get("source", "offline")) not in SOURCES:
         raise ValueError(f"source={cfg.get('source')!r} is unknown; expected one of {', '.join(SOURCES)}")
     tspec = resolve_target(target_config(cfg))
-    train = cfg["train"]
+    train = cfg["train"] = resolve_train_dtype(cfg["train"])
     pool = str(cfg.get("pool") or train.get("pool") or "default")
     drafter = str(cfg.get("drafter") or domain)
     if not all(_NAME.fullmatch(n) and not n.startswith(".") for n in (pool, drafter)):
@@ -525,6 +526,7 @@ def setup(cfg: Any) -> TrainRun:
     block = train.get("specforge") or {}
     tracking = tracking_block(cfg.get("logger"), run_dir, f"{pool}-{drafter}")
     check_gpus(train)  # before SpecForge's validation, which would name its own nproc_per_node instead
+    check_dtype_fits_gpus(train)
     validate_early(block, tracking)
     device = str(train.get("device", "cpu"))
     if device == "cpu":
@@ -538,6 +540,17 @@ def setup(cfg: Any) -> TrainRun:
     return TrainRun(
         cfg, domain, tspec, pool, drafter, run_dir, export_dir, pools_dir, device, tracking, init_source, t_start
     )
+
+
+def check_dtype_fits_gpus(train: Mapping[str, Any]) -> None:
+    """Only one in-process SpecForge run gets the target head in a dtype other than bfloat16
+    (:func:`hedgespec.training._specforge.target_head_dtype`); its torchrun workers would fail at the first step."""
+    dtype = train["features"]["dtype"]
+    if int(train.get("gpus") or 1) > 1 and dtype != "bfloat16":
+        raise ValueError(
+            f"train.dtype={dtype} with train.gpus={train['gpus']}: SpecForge's torchrun workers load the target "
+            "head in bfloat16 only; set train.dtype=bfloat16 (or auto) or train.gpus=1"
+        )
 
 
 def check_gpus(train: Mapping[str, Any]) -> None:
@@ -742,7 +755,7 @@ def stage_features(run: TrainRun) -> None:
         "aux_layer_ids": run.aux,
         "max_length": int(feats_cfg.get("max_length", 512)),
         "max_samples": feats_cfg.get("max_samples"),
-        "dtype": str(feats_cfg.get("dtype", "bfloat16")),
+        "dtype": str(feats_cfg["dtype"]),
         "progress": run.progress,
         "tokenizer_hash": hedgespec.models.tokenizer_fingerprint(run.tokenizer),  # chat template (thinking) too
     }
@@ -809,6 +822,7 @@ def stage_train(run: TrainRun) -> None:
             run.latest[1] if run.latest else 0,
             run.progress,
             int(run.train.get("gpus") or 1),
+            run.specforge.model.torch_dtype,
         )
         run.latest = latest_checkpoint(run.ckpt_root, run.run_id)
         if run.latest is None:
@@ -824,8 +838,9 @@ def stage_train(run: TrainRun) -> None:
 
 def _train_inputs(run: TrainRun) -> None:
     """The cached target head, ``<run>/draft_config.json`` and the warm start; then the target is released."""
-    feat_dtype = str((run.train.get("features") or {}).get("dtype", "bfloat16"))
-    run.head_dir = _cache_root(run.cfg) / "target_head" / run.target_info.hash.replace("sha256:", "")[:20]
+    feat_dtype = str(run.train["features"]["dtype"])
+    head_key = f"{run.target_info.hash.replace('sha256:', '')[:20]}-{feat_dtype}"
+    run.head_dir = _cache_root(run.cfg) / "target_head" / head_key
     if not (run.head_dir / "model.safetensors.index.json").is_file():
         with atomic_dir(run.head_dir, replace=False) as tmp:  # another run that wrote it first keeps its copy
             save_target_head(run.model, run.tokenizer, tmp, getattr(torch, feat_dtype))
@@ -886,9 +901,17 @@ def _write_run_yaml(run: TrainRun) -> Path:
 
 
 def _run_specforge_train(
-    run_yaml: Path, run_dir: Path, device: str, max_steps: int | None, initial: int, progress: bool, gpus: int = 1
+    run_yaml: Path,
+    run_dir: Path,
+    device: str,
+    max_steps: int | None,
+    initial: int,
+    progress: bool,
+    gpus: int = 1,
+    dtype: str = "bfloat16",
 ) -> tuple[int | None, dict[str, Any]]:
-    """``specforge train --config run.yaml`` in this process (CPU adaptations scoped to the call)."""
+    """``specforge train --config run.yaml`` in this process (CPU adaptations and the target head's ``dtype``
+    scoped to the call)."""
     dist_env = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
     preset = {k: os.environ[k] for k in dist_env if k in os.environ}
     tee = MetricTee(sys.stdout, run_dir / "metrics.jsonl", max_steps, initial, progress)
@@ -896,7 +919,7 @@ def _run_specforge_train(
     # gpus > 1: SpecForge's torchrun workers print the metric lines on the inherited descriptor 1
     children = capture_fd_stdout(tee) if gpus > 1 else contextlib.nullcontext()
     try:
-        with runtime, children, contextlib.redirect_stdout(tee):
+        with runtime, target_head_dtype(dtype), children, contextlib.redirect_stdout(tee):
             rc = specforge_cli_main(["train", "--config", str(run_yaml)])
     finally:
         tee.close()
