@@ -55,6 +55,12 @@ CASES = [
     ("train/run.py", lambda t: _train(t, "logger=jsonl"), r"logger='jsonl' is not supported for training; use logger="),
     ("train/run.py", lambda t: _train(t, "data.path=/no/such.jsonl"), r"data.path='/no/such.jsonl' does not exist"),
     ("train/run.py", lambda t: _train(t, "source=nosuch"), r"source='nosuch' is unknown; expected one of offline, hf"),
+    ("train/run.py", lambda t: _train(t, "train.dtype=fp8"), r"train.dtype='fp8' is unknown; expected one of auto, "),
+    (
+        "train/run.py",
+        lambda t: _train(t, "+train.features.dtype=float32"),
+        r"train.features.dtype is set from train.dtype .*remove it and set train.dtype to one of",
+    ),
     (
         "train/run.py",
         lambda t: _train(t, "+train.specforge.training.max_stepz=3"),
