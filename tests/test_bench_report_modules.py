@@ -157,3 +157,25 @@ def test_facade_keeps_the_public_names():
         "sim_command",
     ):
         assert hasattr(report, name), name
+
+
+def test_router_rewording_table_and_verdict(tmp_path):
+    def row(per):
+        return {"accuracy": sum(per.values()) / len(per), "n": 4 * len(per), "per_domain": per, "confusion": {}}
+
+    rows = {
+        "original": row({"math": 1.0, "sql": 1.0}),
+        "two_answers": row({"math": 1.0, "sql": 0.75}),
+        "paraphrase": row({"math": 0.5, "sql": 1.0}),
+        "paraphrase[0]": row({"math": 0.75, "sql": 1.0}),
+        "paraphrase[1]": row({"math": 0.25, "sql": 1.0}),
+    }
+    out = tmp_path / results_doc.ROUTER_SHIFT
+    out.parent.mkdir()
+    out.write_text(json.dumps({"command": "python scripts/router_shift.py --out X", "rows": rows}))
+    text = results_doc.results_markdown(tmp_path)
+    assert "| original | 1.000 | 0.000 | – |" in text
+    assert "| two_answers | 0.875 | 0.125 | sql 0.75 |" in text
+    assert "| paraphrase[1] | 0.625 | 0.375 | math 0.25 |" in text
+    assert "on 8 held-out eval prompts: `python scripts/router_shift.py --out X`" in text
+    assert "the router's accuracy at 0.875 or more, and rewording the task itself brings it to 0.750 (0.625" in text

@@ -768,9 +768,41 @@ def table4_section(doc: ResultsDoc) -> list[str]:
             f"{len(r['router'].get('classes') or [])} | {cmd_cell(r)} |"
             for w, r in sorted(clf.items())
         ]
-    shift = (rt and next((r for r in rt if r["workload"] == "shift"), None)) or clf.get("shift")
-    if shift and (shift["router"].get("accuracy") or 0) > 0.5:
-        out += ["", doc.say("verdict_router_shift", accuracy=fmt(shift["router"]["accuracy"], 3))]
+    rewording = doc.json(ROUTER_SHIFT)
+    if rewording:
+        out += ["", *_router_rewording(doc, rewording)]
+    return out
+
+
+#: the classifier's accuracy under every prompt variant (scripts/router_shift.py)
+ROUTER_SHIFT = "router_shift/router_accuracy.json"
+
+
+def _router_rewording(doc: ResultsDoc, rewording: dict[str, Any]) -> list[str]:
+    """The router's accuracy on the original prompts and under each variant, then the verdict on the paper."""
+    rows = rewording["rows"]
+    out = [
+        doc.say("router_rewording_intro", n=rows["original"]["n"], command=rewording["command"], file=ROUTER_SHIFT),
+        "",
+        "| prompts | accuracy | misrouted | worst domain |",
+        "|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        domain, acc = min(r["per_domain"].items(), key=lambda kv: kv[1])
+        worst = f"{domain} {acc:.2f}" if acc < 1 else "–"
+        out.append(f"| {name} | {fmt(r['accuracy'], 3)} | {fmt(1 - r['accuracy'], 3)} | {worst} |")
+    wrappers = [r["accuracy"] for n, r in rows.items() if n not in ("original",) and not n.startswith("paraphrase")]
+    phrasings = [r["accuracy"] for n, r in rows.items() if n.startswith("paraphrase[")]
+    if "paraphrase" in rows and wrappers and phrasings:
+        out += [
+            "",
+            doc.say(
+                "verdict_router_shift",
+                wrappers=fmt(min(wrappers), 3),
+                paraphrase=fmt(rows["paraphrase"]["accuracy"], 3),
+                worst_phrasing=fmt(min(phrasings), 3),
+            ),
+        ]
     return out
 
 
