@@ -123,13 +123,32 @@ def test_rejection_sampling_is_refused_for_hedgespec_only(ckpts):
 
 
 # ---------------------------------------------------------------- dtypes
-def test_dtype_null_serves_target_and_drafters_in_the_drafters_dtype(ckpts):
+@pytest.fixture
+def native_bf16(monkeypatch):
+    """Pretend the CPU has (True) or lacks (False) native bfloat16."""
+    import hedgespec.models.linear_kernels as lk
+
+    def set_native(value: bool) -> None:
+        monkeypatch.setattr(lk, "native_bfloat16", lambda: value)
+
+    return set_native
+
+
+def test_dtype_null_serves_target_and_drafters_in_the_drafters_dtype(ckpts, native_bf16):
+    native_bf16(True)
     assert checkpoint_dtype(ckpts / "b0", None) == "bfloat16" and checkpoint_dtype(ckpts / "d0", None) == "float32"
     # fp32 target + bf16 drafters: SGLang's auto would give fp16 vs bf16; one explicit dtype for both instead
     plan = _plan(ckpts, ["b0", "b1"])
     assert _flag(plan.argv, "--dtype") == "bfloat16" and plan.dtype == "bfloat16"
     assert _flag(_plan(ckpts, ["d0", "d1"]).argv, "--dtype") == "float32"
     assert _flag(_plan(ckpts, ["b0", "b1"], "dtype=float32").argv, "--dtype") == "float32"  # explicit wins
+
+
+def test_bfloat16_drafters_of_a_float32_target_are_upcast_on_a_cpu_without_native_bfloat16(ckpts, native_bf16):
+    native_bf16(False)
+    assert _plan(ckpts, ["b0", "b1"]).dtype == "float32"  # exact upcast instead of emulated bfloat16
+    assert _plan(ckpts, ["b0", "b1"], "dtype=bfloat16").dtype == "bfloat16"  # explicit wins
+    assert _plan(ckpts, ["b0", "b1"], "device=cuda").dtype == "bfloat16"  # GPUs have it
 
 
 def test_float32_drafters_of_a_half_precision_target_take_the_targets_dtype(ckpts, tmp_path):

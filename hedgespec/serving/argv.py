@@ -189,12 +189,18 @@ def checkpoint_dtype(path: Path, cfg: dict[str, Any] | None) -> str | None:
 
 
 def reconcile_dtype(
-    dtype: Any, drafters: list[tuple[str, Path]], configs: list[dict[str, Any]], target_dtype: str | None = None
+    dtype: Any,
+    drafters: list[tuple[str, Path]],
+    configs: list[dict[str, Any]],
+    target_dtype: str | None = None,
+    device: str = "cuda",
 ) -> str | None:
     """The ``--dtype`` to pass. SGLang casts target and drafters to one ``--dtype``, but its ``auto`` picks
     each checkpoint's own (float32 becomes float16), so a float32 target with bfloat16 drafters would meet in a
     matmul with two dtypes. Explicit ``dtype`` wins; ``null`` = the drafters' common dtype for both, except
-    float32 drafters of a half-precision target, which are served in the target's dtype (no upcast target)."""
+    float32 drafters of a half-precision target, which are served in the target's dtype (no upcast target), and
+    bfloat16 drafters of a float32 target on a CPU without native bfloat16, which are served in float32 (an
+    exact upcast; emulated bfloat16 matmuls are ~100x slower there, docs/results/cpu_dtype/avx2)."""
     if dtype:
         if str(dtype) not in DTYPES:
             raise ValueError(f"dtype={dtype!r}: expected one of {DTYPES} or null (the drafters' dtype)")
@@ -211,6 +217,10 @@ def reconcile_dtype(
     drafter_dtype = kinds.pop()  # None (nothing readable): SGLang's auto, which then treats both alike
     if drafter_dtype == "float32" and target_dtype in ("bfloat16", "float16"):
         return target_dtype
+    if drafter_dtype == "bfloat16" and target_dtype == "float32" and device == "cpu":
+        from hedgespec.models.linear_kernels import native_bfloat16  # imports torch: only for this case
+
+        return drafter_dtype if native_bfloat16() else "float32"
     return drafter_dtype
 
 
@@ -486,7 +496,7 @@ def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> Se
     # selector=none on a pool not trained yet: the target alone (its dtype is `dtype` or SGLang's auto)
     configs = check_drafters(_local_target_config(target_path), served) if served or not sel.plain else []
     _check_topk(dec, names, configs)
-    dtype = reconcile_dtype(_get(cfg, "dtype"), served, configs, _target_dtype(target_path))
+    dtype = reconcile_dtype(_get(cfg, "dtype"), served, configs, _target_dtype(target_path), device)
     if sel.plain:  # the drafters only fixed the dtype, so plain decoding runs in the speculative servers' dtype
         names, paths = [], []
     host, port = str(_get(cfg, "host", "127.0.0.1")), int(_get(cfg, "port", 30000))
