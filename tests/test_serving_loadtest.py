@@ -76,6 +76,11 @@ def test_ratios_are_against_plain_at_the_same_concurrency() -> None:
     _ratios(rows, outputs)
     assert [r["x_plain"] for r in rows] == [1.0, 1.0, 1.2, 0.5]
     assert [r["outputs_equal_plain"] for r in rows] == [2, 2, 2, 1]
+    # a second plain server (another dtype) is a row like the others: the first plain server stays the baseline
+    rows += [{"label": "plain2", "algorithm": "NONE", "concurrency": 1, "output_tokens_per_s": 5.0}]
+    _ratios(rows, {**outputs, ("plain2", 1): ["a", "x"]})
+    assert [r["x_plain"] for r in rows] == [1.0, 1.0, 1.2, 0.5, 0.5]
+    assert rows[-1]["outputs_equal_plain"] == 1
 
 
 def test_plain_server_plan_has_no_speculation(tmp_path: Path) -> None:

@@ -136,8 +136,12 @@ def _row(e: Mapping[str, Any], plan: ServePlan, c: int, res: Mapping[str, Any], 
 
 
 def _ratios(rows: list[dict[str, Any]], outputs: Mapping[tuple[str, int], list[str]]) -> None:
-    """``x_plain`` (tok/s over the plain server's at the same concurrency) and ``outputs_equal_plain``."""
-    plain = {r["concurrency"]: r for r in rows if r["algorithm"] == "NONE"}
+    """``x_plain`` (tok/s over the plain server's at the same concurrency) and ``outputs_equal_plain``; with
+    more than one plain server (e.g. two dtypes) the first in ``compare.servers`` is the baseline."""
+    plain: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        if r["algorithm"] == "NONE":
+            plain.setdefault(r["concurrency"], r)
     for r in rows:
         base = plain[r["concurrency"]]
         tps, ref = r["output_tokens_per_s"], base["output_tokens_per_s"]
