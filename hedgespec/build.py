@@ -182,6 +182,18 @@ def build_pool(cfg: Mapping[str, Any], model: Any, tokenizer: Any) -> Pool:
     return Pool(drafters, names, drafter_domains(pool_cfg, names, aliases))
 
 
+def exclude_drafters(pool: Pool, exclude: Sequence[str]) -> Pool:
+    """``pool`` without the drafters named in ``exclude`` (the bench's ``exclude_drafters``), in pool order."""
+    exclude = [str(n) for n in exclude]
+    unknown = sorted(set(exclude) - set(pool.names))
+    if unknown:
+        raise ValueError(f"exclude_drafters={exclude}: the pool has no drafter {unknown}; drafters {pool.names}")
+    keep = [j for j, n in enumerate(pool.names) if n not in exclude]
+    if not keep:
+        raise ValueError(f"exclude_drafters={exclude} leaves none of the pool's drafters {pool.names}")
+    return Pool([pool.drafters[j] for j in keep], [pool.names[j] for j in keep], [pool.domains[j] for j in keep])
+
+
 # -------------------------------------------------------------------------------------- selectors
 def resolve_drafter(spec: str | int, names: Sequence[str], domains: Sequence[str], where: str) -> int:
     """Pool index of a drafter given by name, domain or index; ``ValueError`` naming the pool when absent."""
@@ -400,6 +412,8 @@ def build(
     else:
         names = [d.name for d in drafters]
         pool = Pool(list(drafters), names, drafter_domains(cfg["pool"], names, cfg.get("drafter_domains")))
+    if cfg.get("exclude_drafters"):
+        pool = exclude_drafters(pool, cfg["exclude_drafters"])
     timing["pool_s"] = time.perf_counter() - t
     factory, info = build_selector(cfg, pool.names, pool.domains)
     eos = getattr(tokenizer, "eos_token_id", None) if cfg.get("stop_at_eos", True) else None

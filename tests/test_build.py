@@ -39,3 +39,16 @@ def test_oracle_is_the_best_fixed_drafter_by_enumeration():
     best, mats = b.oracle(ids, 16, b.sampling)
     want = [b.engine(make_selector("fixed", index=i)).generate(ids, 16, b.sampling)[1].mat for i in range(b.n)]
     assert mats == pytest.approx(want) and mats[best] == max(want)
+
+
+def test_excluded_drafters_leave_the_pool_and_bad_names_are_named():
+    full = _built()
+    b = _built("exclude_drafters=[sql]", "selector=fixed", "fixed=clinical")
+    keep = [j for j, n in enumerate(full.pool.names) if n != "sql"]
+    assert b.pool.names == [full.pool.names[j] for j in keep] and b.n == full.n - 1
+    assert b.pool.domains == [full.pool.domains[j] for j in keep]
+    assert b.selector_factory().index == b.pool.names.index("clinical")  # indices are the smaller pool's
+    with pytest.raises(ValueError, match=r"exclude_drafters=\['nosuch'\]: the pool has no drafter \['nosuch'\]"):
+        _built("exclude_drafters=[nosuch]")
+    with pytest.raises(ValueError, match="leaves none of the pool's drafters"):
+        _built(f"exclude_drafters=[{','.join(full.pool.names)}]")
