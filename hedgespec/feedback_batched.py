@@ -52,7 +52,8 @@ def check_gamma_batch(
     if g.ndim != 3 or g.shape[0] != b or g.shape[2] != n or g.shape[1] < u:
         raise ValueError(f"gamma must have shape [{b}, U >= {u} (the largest emitted), {n}], got {g.shape}")
     valid = table[emitted, :u]
-    g = np.where(valid[:, :, None], g[:, :u], fill)
+    # Every slot emitted u rows: nothing to fill (the result is then a view of ``gamma``; nothing writes to it).
+    g = g[:, :u] if b and int(emitted.min()) == u else np.where(valid[:, :, None], g[:, :u], fill)
     lo, hi = (float(g.min()), float(g.max())) if g.size else (0.0, 0.0)
     if not (lo >= 0.0 and hi <= 1.0):
         if not np.all(np.isfinite(g)):

@@ -173,6 +173,19 @@ def _scale_root_prior(a: np.ndarray, b: np.ndarray, s0: float | None, tol: float
     return _bracketed_newton(evaluate, slope, 1.0 / amax, (1.0 - float(b[j])) / amax, s0, tol, max_iter)
 
 
+def small_normalhedge_weights(regret: list[float], s0: float | None) -> tuple[list[float] | None, float | None]:
+    """NormalHedge's weights for a few experts (N <= 48) in Python floats: (w, s) with s = 1/(2c) the root of the
+    scale equation warm-started at ``s0``, or (None, s0) when no regret is positive (uniform weights)."""
+    pos = [r if r > 0.0 else 0.0 for r in regret]
+    a = [x * x for x in pos]
+    if max(a) == 0.0:
+        return None, s0
+    s, z, zmax = _scale_root(a, s0, 1e-13, 200)
+    w = [x * math.exp(v - zmax) for x, v in zip(pos, z)]  # ∝ ([R]_+/c) exp([R]_+²/2c)
+    tot = math.fsum(w)
+    return [x / tot for x in w], s
+
+
 def _uniform_or(prior: object, n: int) -> np.ndarray | None:
     """A checked, strictly positive prior, or None when it is uniform (today's code path, bit for bit)."""
     if prior is None:
@@ -234,16 +247,13 @@ class NormalHedge:
     def _compute_weights(self) -> np.ndarray:
         n = self.n
         if n <= _SMALL_N:
-            pos = [r if r > 0.0 else 0.0 for r in self.regret.tolist()]
-            a = [x * x for x in pos]
-            if max(a) == 0.0:  # no positive regret: uniform
+            w, s = small_normalhedge_weights(self.regret.tolist(), self._s)
+            if w is None:  # no positive regret: uniform
                 self.scale = float("nan")
                 return np.full(n, 1.0 / n)
-            self._s, z, zmax = _scale_root(a, self._s, 1e-13, 200)
-            w = [x * math.exp(v - zmax) for x, v in zip(pos, z)]  # ∝ ([R]_+/c) exp([R]_+²/2c)
-            tot = math.fsum(w)
-            self.scale = 1.0 / (2.0 * self._s)
-            return np.array([x / tot for x in w])
+            self._s = s
+            self.scale = 1.0 / (2.0 * s)
+            return np.array(w)
         pos_arr = np.maximum(self.regret, 0.0)
         a_arr = pos_arr * pos_arr
         if not np.any(a_arr > 0.0):

@@ -6,8 +6,10 @@ applies a batch of loss sequences. Each row computes what its per-request counte
 
 * :class:`NormalHedgeBank` (Chaudhuri, Freund, Hsu 2009), as :class:`hedgespec.learners.NormalHedge`: the
   scale equation (1/N) Σ_i exp([R_i]_+² / 2c) = e is solved for all rows together by the same warm-started
-  Newton iteration with its bisection fallback (:func:`scale_root_batch`); rows freeze once they converge. A row
-  given a prior (:meth:`NormalHedgeBank.set_prior`, as ``NormalHedge(n, prior=π)``) solves
+  Newton iteration with its bisection fallback (:func:`scale_root_batch`); rows freeze once they converge. When
+  at most four rows are stale (N <= 48) they are solved one by one with NormalHedge's own Python-float code,
+  cheaper than numpy's per-call cost at that size (a batch of one request, or requests deciding at different
+  times). A row given a prior (:meth:`NormalHedgeBank.set_prior`, as ``NormalHedge(n, prior=π)``) solves
   Σ_i π_i exp([R_i]_+² / 2c) = e instead (:func:`scale_root_prior_batch`) and starts from w = π.
 * :class:`HedgeBank`, as :class:`hedgespec.learners.Hedge`: η_t = sqrt(8 ln N / t), operation for operation,
   so the same weights bit for bit.
@@ -29,9 +31,10 @@ import math
 
 import numpy as np
 
-from hedgespec.learners import _uniform_or
+from hedgespec.learners import _SMALL_N, _uniform_or, small_normalhedge_weights
 
 TOL, MAX_ITER = 1e-13, 200  # the tolerance and iteration cap of NormalHedge._compute_weights
+_SCALAR_ROWS = 4  # up to this many stale rows (N <= 48), NormalHedge's Python-float solve beats numpy's per-call cost
 
 
 def _check_rows(rows: int) -> int:
@@ -57,33 +60,45 @@ def scale_root_batch(
     bracket, stop at |g| ≤ tol. A converged column keeps its s, so re-evaluating it gives the same g and it stays
     converged. Returns (s, e) with e = exp(a s' − amax s') [N, r] at the last evaluation point s' (s itself, or
     the point before the last step for a column that ran out of iterations, as ``_scale_root`` returns it).
+
+    The steps are taken in u = amax·s ∈ [1, 1 + ln N], where g = log Σ_i exp((q_i − 1) u) + u − ln N − 1 with
+    q = a/amax (the same function; products rounded differently, so s agrees with the scalar solver to rounding).
+    The bracket needs no bookkeeping: g is convex and increasing, so a Newton step from a point with g > 0 lands
+    in [root, point), inside the bracket, and every later step stays there. A step from a point left of the root
+    lands right of it or past the upper end, where it falls back to bisection as the scalar solver does; a
+    column lies left of the root only at a warm start or after such a bisection, so the check stops after the
+    first round of steps that needed none.
     """
-    r = a.shape[1]
-    target = math.log(a.shape[0]) + 1.0
-    hi, lo = target / amax, 1.0 / amax
-    s = np.where((lo < s0) & (s0 <= hi), s0, hi)  # NaN s0 compares False: start at hi
-    e = np.empty_like(a)
+    target = math.log(a.shape[0]) + 1.0  # the bracket's upper end, in u
+    q = a / amax
+    d = q - 1.0
+    u = s0 * amax
+    u = np.where((1.0 < u) & (u <= target), u, target)  # NaN s0 compares False: start at the upper end
+    e, qe = np.empty_like(a), np.empty_like(a)
+    left = True  # some column may lie left of the root: at the start and after a bisection
     for _ in range(max_iter):
-        zmax = amax * s  # = max_i a_i s: rounding is monotone, so the largest product is amax's
-        np.multiply(a, s, out=e)
-        e -= zmax
+        np.multiply(d, u, out=e)
         np.exp(e, out=e)
         tot = e.sum(axis=0)
         g = np.log(tot)
-        g += zmax
+        g += u
         g -= target
-        conv = np.abs(g) <= tol
-        if np.count_nonzero(conv) == r:
+        ag = np.abs(g)
+        if ag.max() <= tol:
             break
-        up = g > 0
-        hi, lo = np.where(up, s, hi), np.where(up, lo, s)
-        s_new = s - g / ((a * e).sum(axis=0) / tot)  # Newton: g' = Σ a_i e_i / Σ e_i
-        # Newton on the convex increasing g; a step outside the updated bracket falls back to bisection.
-        out = (s_new <= lo) | (s_new >= hi)
-        if np.count_nonzero(out):
-            s_new = np.where(out, 0.5 * (lo + hi), s_new)
-        s = np.where(conv, s, s_new)
-    return s, e
+        np.multiply(q, e, out=qe)
+        step = g * tot
+        step /= qe.sum(axis=0)  # Newton: g'(u) = Σ q_i e_i / Σ e_i
+        if ag.min() <= tol:  # converged columns keep their u
+            step[ag <= tol] = 0.0
+        u_new = u - step
+        if left:  # a step from the left (g < 0) may pass the upper end: bisect between the point and it
+            over = u_new >= target
+            left = bool(np.count_nonzero(over))
+            if left:
+                u_new[over] = 0.5 * (u[over] + target)
+        u = u_new
+    return u / amax, e
 
 
 def scale_root_prior_batch(
@@ -162,18 +177,21 @@ class NormalHedgeBank:
         return self._w[rows]
 
     def _solve(self, rows: np.ndarray) -> None:
-        with_prior = self._has_prior[rows]
-        if np.count_nonzero(with_prior):
+        if self._has_prior.any():
+            with_prior = self._has_prior[rows]
             self._solve_prior(rows[with_prior])
             rows = rows[~with_prior]
             if not rows.size:
                 return
-        pos = np.maximum(self.regret[rows], 0.0).T.copy()  # [N, r]: one learner per column
+        if rows.size <= _SCALAR_ROWS and self.n <= _SMALL_N:
+            self._solve_each(rows)
+            return
+        pos = np.maximum(self.regret[rows].T, 0.0)  # [N, r]: one learner per column
         a = pos * pos
         amax = a.max(axis=0)
-        live = amax > 0.0
         self._fresh[rows] = True
-        if np.count_nonzero(live) < rows.size:  # no positive regret: uniform; the warm start is kept
+        if not amax.min() > 0.0:  # no positive regret: uniform; the warm start is kept
+            live = amax > 0.0
             flat = rows[~live]
             self._w[flat] = 1.0 / self.n
             self._flat[flat] = True
@@ -186,6 +204,18 @@ class NormalHedgeBank:
         self._w[rows] = w.T
         self._s[rows] = s
         self._flat[rows] = False
+
+    def _solve_each(self, rows: np.ndarray) -> None:
+        """A few stale rows: NormalHedge's own Python-float solve row by row (the same weights bit for bit)."""
+        self._fresh[rows] = True
+        for r, regret, s0 in zip(rows.tolist(), self.regret[rows].tolist(), self._s[rows].tolist()):
+            w, s = small_normalhedge_weights(regret, None if math.isnan(s0) else s0)
+            self._flat[r] = w is None
+            if w is None:
+                self._w[r] = 1.0 / self.n
+            else:
+                self._w[r] = w
+                self._s[r] = s
 
     def _solve_prior(self, rows: np.ndarray) -> None:
         """Rows with a prior: w ∝ π ([R]_+/c) exp([R]_+²/2c), c from Σ_i π_i exp([R_i]_+²/2c) = e; w = π without

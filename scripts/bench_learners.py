@@ -29,6 +29,7 @@ from hedgespec.types import RequestContext, RoundFeedback
 
 BATCH_SIZES = (1, 16, 64, 256)
 BATCH_GOAL_US = 2.0  # per request per round at B=64, N=8, K=4
+BATCH_REPEATS = 7  # runs per batch size in the batch sections, of which the median is reported (short runs: noisy)
 
 
 def time_learner(make, n: int, steps: int, seed: int = 0) -> tuple[float, float]:
@@ -75,10 +76,10 @@ def _batch_streams(b: int, n: int, k: int, rounds: int) -> tuple[np.ndarray, np.
 
 
 def time_batched_round(b: int, n: int, k: int, rounds: int) -> float:
-    """Median-of-3 CPU seconds per request per round: one BatchedHedgeSpec select + observe for the batch."""
+    """Median CPU seconds per request per round: one BatchedHedgeSpec select + observe for the batch."""
     emitted, gamma = _batch_streams(b, n, k, rounds)
     samples = []
-    for _ in range(3):
+    for _ in range(BATCH_REPEATS):
         sel = BatchedHedgeSpec(b, n, k)
         for slot in range(b):
             sel.begin(slot, RequestContext(request_id=slot))
@@ -94,7 +95,7 @@ def time_per_request_batch_round(b: int, n: int, k: int, rounds: int) -> float:
     """The same rounds through b per-request HedgeSpec selectors (select for all, then observe for all)."""
     emitted, gamma = _batch_streams(b, n, k, rounds)
     samples = []
-    for _ in range(3):
+    for _ in range(BATCH_REPEATS):
         sels = [HedgeSpec() for _ in range(b)]
         for slot, sel in enumerate(sels):
             sel.begin_request(n, k, RequestContext(request_id=slot))
@@ -131,6 +132,7 @@ def batched_section(rounds: int, n: int = 8, k: int = 4) -> dict:
         "n": n,
         "k": k,
         "rounds": rounds,
+        "repeats": BATCH_REPEATS,
         "per_request_loop": loop,
         "batched": batch,
         "goal_us_at_b64": BATCH_GOAL_US,
@@ -139,7 +141,7 @@ def batched_section(rounds: int, n: int = 8, k: int = 4) -> dict:
 
 
 def time_worker_round(b: int, n: int, k: int, rounds: int, batched: bool) -> float:
-    """Median-of-3 CPU seconds per request per round of the worker's selection step (greedy chain γ from
+    """Median CPU seconds per request per round of the worker's selection step (greedy chain γ from
     random proposals over a 4-token vocabulary, every request emitting K+1 tokens, no drafter dropped)."""
     rng = np.random.default_rng(3)
     ndt, alive = k + 1, [True] * n
@@ -148,7 +150,7 @@ def time_worker_round(b: int, n: int, k: int, rounds: int, batched: bool) -> flo
     preds = rng.integers(0, 4, size=(rounds, n, b))
     emitted = np.full(b, k + 1)
     samples = []
-    for _ in range(3):
+    for _ in range(BATCH_REPEATS):
         table = WorkerSelection("hedgespec", {}, n, k, capacity=b, batched=batched)
         recs = [table.begin(f"req-{i}") for i in range(b)]
         t0 = time.process_time()
@@ -177,7 +179,15 @@ def worker_section(rounds: int, n: int = 8, k: int = 4) -> dict:
     print("|---|---|---|---|")
     for b in BATCH_SIZES:
         print(f"| {b} | {loop[str(b)]:.2f} | {batch[str(b)]:.2f} | {loop[str(b)] / batch[str(b)]:.1f}x |")
-    return {"unit": "cpu_us_per_request_round", "n": n, "k": k, "rounds": rounds, "per_request": loop, "batched": batch}
+    return {
+        "unit": "cpu_us_per_request_round",
+        "n": n,
+        "k": k,
+        "rounds": rounds,
+        "repeats": BATCH_REPEATS,
+        "per_request": loop,
+        "batched": batch,
+    }
 
 
 def main() -> None:

@@ -273,6 +273,18 @@ def test_normalhedge_bank_weights_match_normalhedge(n):
         nh.regret = r.copy()
         np.testing.assert_allclose(got[j], nh.weights(), rtol=1e-12, atol=1e-15)
         assert (math.isnan(nh.scale) and math.isnan(bank.scale[j])) or bank.scale[j] == pytest.approx(nh.scale)
+    # A few stale rows at a time: NormalHedge's own Python-float solve for N <= 48 (bit for bit), numpy above.
+    few = NormalHedgeBank(len(regrets), n)
+    few.regret[:] = np.stack(regrets)
+    for j, r in enumerate(regrets):
+        nh = NormalHedge(n)
+        nh.regret = r.copy()
+        if n <= 48:
+            np.testing.assert_array_equal(few.weights(np.array([j]))[0], nh.weights())
+        else:
+            np.testing.assert_allclose(few.weights(np.array([j]))[0], nh.weights(), rtol=1e-12, atol=1e-15)
+        rel = 1e-15 if n <= 48 else 1e-12
+        assert (math.isnan(nh.scale) and math.isnan(few.scale[j])) or few.scale[j] == pytest.approx(nh.scale, rel=rel)
 
 
 def test_scale_root_batch_solves_the_scale_equation_and_stops_like_the_scalar_solver():
@@ -290,6 +302,25 @@ def test_scale_root_batch_solves_the_scale_equation_and_stops_like_the_scalar_so
         ref_s, z, zmax = _scale_root(a[:, j].tolist(), float(s0[j]), 1e-13, 1)
         assert s1[j] == pytest.approx(ref_s, rel=1e-12)
         np.testing.assert_allclose(e1[:, j], np.exp(np.array(z) - zmax), rtol=1e-12)
+
+
+def test_scale_root_batch_takes_the_scalar_solvers_steps_when_a_warm_start_overshoots():
+    # One positive regret among 112: from a warm start just above the bracket's lower end the Newton step
+    # leaves the bracket on the right (the scalar solver bisects there); other columns start right of the root.
+    n = 112
+    a = np.zeros((n, 3))
+    a[0] = [4.0, 9.0, 1.0]
+    a[1:5, 2] = 0.7
+    amax = a.max(axis=0)
+    s0 = np.array([1.0001 / 4.0, 1.5 / 9.0, np.nan])
+    for max_iter in (1, 2, 3, 200):
+        s, e = scale_root_batch(a, amax, s0, max_iter=max_iter)
+        for j in range(3):
+            warm = None if np.isnan(s0[j]) else float(s0[j])
+            ref_s, z, zmax = _scale_root(a[:, j].tolist(), warm, 1e-13, max_iter)
+            assert s[j] == pytest.approx(ref_s, rel=1e-12), (max_iter, j)
+            np.testing.assert_allclose(e[:, j], np.exp(np.array(z) - zmax), rtol=1e-12, atol=1e-300)
+    assert 1.0 / (2.0 * s[0]) == pytest.approx(normalhedge_scale(np.sqrt(a[:, 0])), rel=1e-12)
 
 
 def test_hedge_bank_matches_hedge_bitwise():
