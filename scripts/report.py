@@ -100,7 +100,7 @@ def seeds(args: argparse.Namespace, argv: list[str] | None) -> None:
     missing = [p for p in [*args.traces, *args.live] if not Path(p).is_file()]
     if missing:
         raise ValueError(f"no such file: {', '.join(missing)}")
-    out = seed_summary(args.traces, args.live)
+    out = seed_summary(args.traces, args.live, exclude=args.exclude, generalist=args.generalist)
     if args.note:
         out["note"] = args.note
     words = argv if argv is not None else sys.argv[1:]
@@ -152,6 +152,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--traces", nargs="+", required=True, help="full-counterfactual traces, one per seed")
     s.add_argument("--live", nargs="*", default=[], help="live results.json of the same requests (tok/s, x plain)")
     s.add_argument("--out", default="seeds.json")
+    s.add_argument(
+        "--exclude", nargs="*", default=[], metavar="DRAFTER", help="traced drafters left out of the replayed pool"
+    )
+    s.add_argument("--generalist", default=None, help="the eagle baseline's drafter (default: general)")
     s.add_argument("--note", default=None, help="a sentence on the pool or the runs, shown with the table")
     return ap
 

@@ -66,6 +66,31 @@ def test_replay_of_all_drafters_uses_the_live_pool_order(tmp_path):
     assert out["results"]["oracle"]["2"]["mat"] <= out["results"]["oracle"]["4"]["mat"] + 1e-9
 
 
+def test_replay_without_a_traced_drafter_equals_live_runs_that_left_it_out(tmp_path):
+    # one trace of the whole pool; live runs with exclude_drafters=[sql] and another generalist: the replay of that
+    # sub-pool (the other drafters in the trace's order) must make the live runs' decisions exactly
+    trace = tmp_path / "trace.jsonl"
+    run_bench(compose_bench(BASE + ["selector=eagle", f"trace={trace}"]), **inject())
+    drop = ["exclude_drafters=[sql]", "pool.generalist=code"]
+    live = {sel: run_bench(compose_bench(BASE + [*_sel(sel), *drop]), **inject()) for sel in ("eagle", "hedgespec")}
+    out = replay_selectors(trace, sizes=[3], exclude=["sql"], generalist="code")
+    assert out["drafters"] == ["general", "code", "clinical"] and out["excluded"] == ["sql"]
+    assert out["generalist"] == "code"
+    for sel, res in live.items():
+        assert res["pool"]["drafters"] == out["drafters"]
+        rep = out["results"][sel]["3"]
+        assert rep["mat"] == pytest.approx(res["aggregate"]["mat"], rel=1e-12), sel
+        assert rep["avg_regret"] == pytest.approx(res["aggregate"]["avg_regret"], abs=1e-9), sel
+    full = replay_selectors(trace, sizes=[4])
+    assert full["generalist"] == "general" and full["excluded"] == []
+    with pytest.raises(ValueError, match=r"does not have: \['nope'\]"):
+        replay_selectors(trace, exclude=["nope"])
+    with pytest.raises(ValueError, match="leaves no drafter"):
+        replay_selectors(trace, exclude=["general", "code", "sql", "clinical"])
+    with pytest.raises(ValueError, match="generalist 'sql' is not in the replayed pool"):
+        replay_selectors(trace, exclude=["sql"], generalist="sql")
+
+
 def test_replay_cli_and_results_section(tmp_path):
     from test_bench_report import _report_main
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hedgespec.bench import report, results_doc, results_lowrank, tables
+from hedgespec.bench import report, results_doc, results_fair, results_lowrank, tables
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "tests" / "fixtures" / "bench" / "results"
@@ -78,7 +78,7 @@ def test_template_blocks_and_fill():
 
 
 def test_every_template_block_is_used_by_the_code():
-    src = Path(results_doc.__file__).read_text() + Path(results_lowrank.__file__).read_text()
+    src = "".join(Path(m.__file__).read_text() for m in (results_doc, results_lowrank, results_fair))
     blocks = set(results_doc.load_blocks()) - {"document"}
     unused = sorted(b for b in blocks if f'"{b}"' not in src)
     assert not unused, f"template blocks no code fills: {unused}"
@@ -86,6 +86,7 @@ def test_every_template_block_is_used_by_the_code():
     assert sections == [
         "table1",
         "seeds",
+        "fair",
         "main_table",
         "sim",
         "overhead",

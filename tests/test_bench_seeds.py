@@ -83,6 +83,31 @@ def test_seed_summary_replays_each_seed_and_matches_its_live_run(tmp_path):
     assert f"HedgeSpec tok/s ≥ 1.5 × plain decoding: measured {hs_x:.3f} (missed)" in section
     assert "seeds_shift.json` is not there yet" in section
 
+    # The equal-budget section: the same traces replayed without one drafter each (here: without sql, with code as
+    # the generalist; and without code), the live runs checked against the replayed pool.
+    with pytest.raises(ValueError, match=r"a live run of the pool .*set exclude"):
+        seed_summary(traces, live[:1], exclude=["sql"])
+    full = seed_summary(traces, exclude=["sql"], generalist="code")
+    quick = seed_summary(traces, exclude=["code"])
+    assert full["drafters"] == ["general", "code", "clinical"] and full["generalist"] == "code"
+    assert quick["excluded"] == ["code"] and quick["generalist"] == "general"
+    fair = tmp_path / "results" / "fair_generalist"
+    fair.mkdir()
+    (fair / "seeds_full.json").write_text(json.dumps(full))
+    doc = results_markdown(tmp_path / "results")
+    section = doc.split("## Main table at equal training budget")[1].split("\n## ")[0]
+    assert "| experts' total budget `code` |" in section and "quick budget" not in section  # one row so far
+    (fair / "seeds_quick.json").write_text(json.dumps(quick))
+    section = results_markdown(tmp_path / "results").split("## Main table at equal training budget")[1]
+    section = section.split("\n## ")[0]
+    for d, label in ((full, "experts' total budget `code`"), (quick, "quick budget `general`")):
+        per = [s["mat"]["hedgespec"] / s["mat"]["eagle"] for s in d["per_seed"]]
+        row = next(x for x in section.split("\n") if x.startswith(f"| {label} |"))
+        assert fmt_ci(*mean_ci(per), 3) in row
+        assert fmt_ci(d["mat"]["oracle"]["mean"], d["mat"]["oracle"]["ci95"], 3) in row
+    eagle = [f["mat"]["eagle"] / q["mat"]["eagle"] for f, q in zip(full["per_seed"], quick["per_seed"])]
+    assert f"reaches {fmt_ci(*mean_ci(eagle), 3)} × the quick one's MAT" in section
+
 
 def test_seed_summary_refuses_two_traces_of_one_seed(tmp_path):
     t = tmp_path / "t.jsonl"

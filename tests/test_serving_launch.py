@@ -54,6 +54,11 @@ def test_selector_eagle_is_stock_eagle3_with_the_generalist(tiny_dir):
     plan = build_plan(_compose("pool=tiny", "device=cpu", "selector=eagle", f"workdir={tiny_dir}"))
     assert _flag(plan.argv, "--speculative-algorithm") == "EAGLE3"
     assert plan.drafter_names == ["general"] and "HEDGESPEC_CONFIG" not in plan.env
+    # the pool's generalist setting picks the drafter (a published EAGLE-3 head registered in the pool, say)
+    other = build_plan(
+        _compose("pool=tiny", "device=cpu", "selector=eagle", "pool.generalist=sql", f"workdir={tiny_dir}")
+    )
+    assert other.drafter_names == ["sql"]
 
 
 def test_fixed_and_bandit_selectors_run_in_the_same_server(tiny_dir):

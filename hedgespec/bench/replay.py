@@ -106,16 +106,22 @@ def _replay_one(
     return rounds, regret, curves
 
 
-def _replay_size(reqs: list[Any], names: list[str], n: int, labels: list[str], seed: int) -> dict[str, Any]:
+def _replay_size(
+    reqs: list[Any], pool: list[int], names: list[str], n: int, labels: list[str], seed: int, generalist: str
+) -> dict[str, Any]:
+    """``pool``: the trace columns replayed (all, or those left after ``exclude``), ``names`` their drafters."""
     k = reqs[0].k
-    cols = sub_pool(names, int(n))
+    picked = sub_pool(names, int(n), generalist)
+    cols = [pool[i] for i in picked]
     tables = [(r, r.gamma[:, cols], r.runs[:, cols]) for r in reqs if len(r.gamma)]
     oracle = [best_fixed_mat(runs, k) for _, _, runs in tables]
     total = sum(len(g) for _, g, _ in tables)
     oracle_rounds = sum(len(g) / mats[b] for (_, g, _), (b, mats) in zip(tables, oracle))
     out = {}
     for label in labels:
-        rounds, regret, curves = _replay_one(label, tables, oracle, k, seed, _generalist_index(names, cols))
+        rounds, regret, curves = _replay_one(
+            label, tables, oracle, k, seed, _generalist_index(names, picked, generalist)
+        )
         out[label] = {
             "mat": total / rounds,
             "avg_regret": regret / total,
@@ -126,12 +132,33 @@ def _replay_size(reqs: list[Any], names: list[str], n: int, labels: list[str], s
 
 
 def replay_selectors(
-    trace_path: str | Path, sizes: Sequence[int] | None = None, labels: Sequence[str] | None = None, seed: int = 0
+    trace_path: str | Path,
+    sizes: Sequence[int] | None = None,
+    labels: Sequence[str] | None = None,
+    seed: int = 0,
+    exclude: Sequence[str] = (),
+    generalist: str | None = None,
 ) -> dict[str, Any]:
     """Replay ``labels`` (default: all of :data:`REPLAY_SELECTORS`) over sub-pools of ``sizes``
-    (default: 2, 4, …, N)."""
+    (default: 2, 4, …, N).
+
+    ``exclude``: traced drafters left out of the replayed pool (the others keep the trace's order, as a live run
+    with ``exclude_drafters`` has them), so one trace serves pools that differ in a drafter, on the same requests.
+    ``generalist``: the drafter ``eagle`` runs and every sub-pool starts from (default: ``general`` when the pool
+    has it, else the first drafter).
+    """
     reqs = _load_exact(trace_path)
-    names = list(reqs[0].header["drafters"])
+    traced = list(reqs[0].header["drafters"])
+    unknown = [x for x in exclude if x not in traced]
+    if unknown:
+        raise ValueError(f"exclude names drafters the trace does not have: {unknown}; it has {traced}")
+    pool = [i for i, x in enumerate(traced) if x not in exclude]
+    if not pool:
+        raise ValueError(f"exclude leaves no drafter of the traced pool {traced}")
+    names = [traced[i] for i in pool]
+    if generalist is not None and generalist not in names:
+        raise ValueError(f"generalist {generalist!r} is not in the replayed pool {names}")
+    generalist = generalist or "general"
     n_all = len(names)
     sizes = list(sizes) if sizes else sorted({min(n_all, 2**j) for j in range(1, n_all.bit_length() + 1)} | {n_all})
     labels = list(labels or REPLAY_SELECTORS)
@@ -140,7 +167,7 @@ def replay_selectors(
         raise ValueError(f"unknown replay selector(s) {bad}; expected some of {list(REPLAY_SELECTORS)}")
     results: dict[str, dict[str, Any]] = {x: {} for x in labels}
     for n in sizes:
-        for label, row in _replay_size(reqs, names, n, labels, seed).items():
+        for label, row in _replay_size(reqs, pool, names, n, labels, seed, generalist).items():
             results[label][str(n)] = row
     meta_path = Path(str(trace_path) + ".meta.json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
@@ -153,6 +180,8 @@ def replay_selectors(
         "n_requests": len(reqs),
         "k": reqs[0].k,
         "drafters": names,
+        "excluded": [x for x in traced if x in exclude],
+        "generalist": names[_generalist_index(names, range(n_all), generalist)],
         "sizes": [int(n) for n in sizes],
         "sub_pools": SUB_POOL_ORDER,
         "tokens": int(sum(len(r.gamma) for r in reqs)),

@@ -6,6 +6,8 @@ per section below, and the blocks those sections use), the paper's numbers, each
 ``paper_numbers.yaml``; this module only decides which pieces apply and formats the tables:
 
 * ``table1`` — every fixed drafter's pooled MAT per domain (paper Table 1 analog, ``table1_<d>.json``);
+* ``seeds`` — the main table over seeds (``main256/``); ``fair`` — the same at equal training budget, the
+  generalist on the experts' total data (``fair_generalist/``, :mod:`hedgespec.bench.results_fair`);
 * ``main_table`` — the mixed workload per selector, the reproduction goals, where the ratios differ from the
   paper's, and the ``ood`` / ``shift`` workloads;
 * ``sim`` — simulator scaling / regret (Fig 5a/5b analogs), learner cost, exact replays of engine traces;
@@ -32,6 +34,7 @@ from typing import Any
 import yaml
 
 from hedgespec.bench.collect import load_results_dir
+from hedgespec.bench.results_fair import fair_section
 from hedgespec.bench.results_lowrank import lowrank_section
 from hedgespec.bench.tables import (
     MAT_GOALS,
@@ -181,6 +184,7 @@ def results_markdown(results_dir: str | Path, embedded_pool: str = "smollm2") ->
     sections = {
         "table1": table1_section(doc),
         "seeds": seeds_section(doc),
+        "fair": fair_section(doc),
         "main_table": main_section(doc),
         "sim": sim_section(doc),
         "overhead": overhead_section(doc),

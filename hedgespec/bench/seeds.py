@@ -51,10 +51,11 @@ def _trace_seed(trace: str | Path) -> int:
     return int(_trace_option(trace, "seed", "0"))
 
 
-def replay_seed(trace: str | Path) -> dict[str, Any]:
-    """Every replay selector's MAT (and the oracle's) on one seed's trace, live pool (N = all)."""
+def replay_seed(trace: str | Path, exclude: Sequence[str] = (), generalist: str | None = None) -> dict[str, Any]:
+    """Every replay selector's MAT (and the oracle's) on one seed's trace, live pool (N = all; ``exclude`` and
+    ``generalist`` as :func:`~hedgespec.bench.replay.replay_selectors` has them)."""
     seed = _trace_seed(trace)
-    out = replay_selectors(trace, sizes=None, seed=seed)
+    out = replay_selectors(trace, sizes=None, seed=seed, exclude=exclude, generalist=generalist)
     n = str(max(out["sizes"]))
     res = out["results"]
     return {
@@ -65,6 +66,8 @@ def replay_seed(trace: str | Path) -> dict[str, Any]:
         "n_requests": out["n_requests"],
         "tokens": out["tokens"],
         "drafters": out["drafters"],
+        "excluded": out["excluded"],
+        "generalist": out["generalist"],
         "pool": out.get("pool"),
         "mat": {label: res[label][n]["mat"] for label in res},
     }
@@ -86,6 +89,7 @@ def _live(path: str | Path) -> dict[str, Any]:
         "seed": int(res["seed"]),
         "workload": res["workload"],
         "pool": res["pool"]["name"],
+        "drafters": list(res["pool"].get("drafters") or []),
         # False: the run skipped the pool evaluation (its deployed cost); the selector config says
         "evaluates_pool": bool(((res.get("config") or {}).get("selector") or {}).get("evaluate", True)),
         "n_requests": agg["n_requests"],
@@ -101,11 +105,19 @@ def _live(path: str | Path) -> dict[str, Any]:
     }
 
 
-def seed_summary(traces: Sequence[str | Path], live: Sequence[str | Path] = ()) -> dict[str, Any]:
-    """Replay every trace (one per seed), intervals over seeds, and the live runs joined to their seed's replay."""
+def seed_summary(
+    traces: Sequence[str | Path],
+    live: Sequence[str | Path] = (),
+    exclude: Sequence[str] = (),
+    generalist: str | None = None,
+) -> dict[str, Any]:
+    """Replay every trace (one per seed), intervals over seeds, and the live runs joined to their seed's replay.
+
+    ``exclude``/``generalist``: the replayed pool is the traced one without those drafters, with that generalist
+    (:func:`~hedgespec.bench.replay.replay_selectors`); a live run must have served that same pool."""
     if not traces:
         raise ValueError("seed_summary needs at least one trace (one per seed)")
-    per_seed = [replay_seed(t) for t in traces]
+    per_seed = [replay_seed(t, exclude, generalist) for t in traces]
     seeds = [s["seed"] for s in per_seed]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"two traces have the same seed ({seeds}): each seed is one independent draw")
@@ -128,6 +140,11 @@ def seed_summary(traces: Sequence[str | Path], live: Sequence[str | Path] = ()) 
         run = _live(path)
         if run["workload"] != workloads[0]:
             raise ValueError(f"{path}: a live run on workload {run['workload']!r}, the traces are {workloads[0]!r}")
+        if run["drafters"] and sorted(run["drafters"]) != sorted(drafters):
+            raise ValueError(
+                f"{path}: a live run of the pool {run['drafters']}, the replayed pool is {drafters} "
+                "(set exclude to the drafters the live run left out)"
+            )
         rep = by_seed.get(run["seed"], {}).get("mat", {}).get(run["selector"])
         run["replay_mat"] = rep
         run["replay_matches"] = None if rep is None else abs(rep - run["mat"]) < 1e-9
@@ -139,6 +156,8 @@ def seed_summary(traces: Sequence[str | Path], live: Sequence[str | Path] = ()) 
         "workload": workloads[0],
         "pool": per_seed[0]["pool"],
         "drafters": drafters,
+        "excluded": per_seed[0]["excluded"],
+        "generalist": per_seed[0]["generalist"],
         "requests_per_seed": [s["n_requests"] for s in per_seed],
         "tokens_per_seed": [s["tokens"] for s in per_seed],
         "per_seed": per_seed,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
 from hedgespec.serving.argv import ServePlan, build_plan
@@ -45,7 +46,9 @@ def server_cfg(cfg: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, An
     out["selector"] = selector_option(str(entry["selector"]))
     for key, value in (entry.get("overrides") or {}).items():
         out[key] = value
-    return out
+    # the option's interpolations (eagle's ``drafter: ${pool.generalist}``) against this server's config, as
+    # composing ``selector=<name>`` resolves them
+    return OmegaConf.to_container(OmegaConf.create(out), resolve=True)  # type: ignore[return-value]
 
 
 def accept_length(plan: ServePlan) -> float | None:
