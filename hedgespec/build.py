@@ -210,13 +210,12 @@ def resolve_drafter(spec: str | int, names: Sequence[str], domains: Sequence[str
 
 
 def generalist_index(pool_cfg: Mapping[str, Any], names: Sequence[str], domains: Sequence[str]) -> int:
-    g = pool_cfg.get("generalist") or "general"
-    for cand in (g, "general"):
-        if cand in names:
-            return list(names).index(cand)
-        if cand in domains:
-            return list(domains).index(cand)
-    return 0
+    """Index of ``pool.generalist`` (by name or domain; the router's fallback, the prior's generalist). The default
+    ``general`` falls back to drafter 0 in a pool without one; another name must be in the pool."""
+    g = str(pool_cfg.get("generalist") or "general")
+    if g != "general":
+        return resolve_drafter(g, names, domains, "pool.generalist")
+    return resolve_drafter(g, names, domains, "pool.generalist") if g in (*names, *domains) else 0
 
 
 def check_selector_config(cfg: Mapping[str, Any]) -> None:
@@ -276,8 +275,9 @@ def _selector_kwargs(cfg: Mapping[str, Any], names: Sequence[str], domains: Sequ
         kw["seed"] = int(kw["seed"] or 0) + int(cfg.get("seed") or 0)
     if cfg.get("fixed"):
         kw["index"] = resolve_drafter(str(cfg["fixed"]), names, domains, "fixed")
-    elif sel.get("drafter") is not None:
-        kw["index"] = resolve_drafter(sel["drafter"], names, domains, "selector.drafter")
+    elif sel.get("drafter") is not None:  # eagle's is ${pool.generalist}: name the setting a user sets
+        where = "pool.generalist (selector=eagle)" if sel.get("label") == "eagle" else "selector.drafter"
+        kw["index"] = resolve_drafter(sel["drafter"], names, domains, where)
     if sel["name"] == "fixed":
         idx = kw.get("index", 0)
         if not isinstance(idx, int) or not 0 <= idx < len(names):

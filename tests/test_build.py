@@ -22,6 +22,11 @@ def test_selector_resolution_by_name_domain_and_seed_offset():
     assert _built("selector=exp3spec", "seed=5").selector_factory().seed == 5 + 0
     with pytest.raises(ValueError, match="the pool has no drafter for it"):
         _built("selector=fixed", "fixed=chemistry")
+    # the generalist is the pool's setting, for eagle as for the router's fallback; a name not in the pool is named
+    assert _built("selector=eagle", "pool.generalist=sql").selector_factory().index == 2
+    for sel in ("eagle", "router"):
+        with pytest.raises(ValueError, match=r"pool.generalist.*='nope': the pool has no drafter for it"):
+            _built(f"selector={sel}", "pool.generalist=nope")
 
 
 def test_decoding_and_sampling_come_from_the_groups():

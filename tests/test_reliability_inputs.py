@@ -118,6 +118,11 @@ CASES = [
     ),
     (
         "scripts/bench.py",
+        lambda t: ["pool=tiny", "selector=eagle", "pool.generalist=nosuch", "workload=prompts"],
+        r"bench: error: pool.generalist \(selector=eagle\)='nosuch': the pool has no drafter for it; drafters \[",
+    ),
+    (
+        "scripts/bench.py",
         lambda t: ["pool=tiny", "workload=domain", "domain=nosuch", f"data.dir={t}/data"],
         r"bench: error: domain='nosuch' is unknown; expected one of",
     ),
