@@ -111,6 +111,11 @@ def time_per_request_batch_round(b: int, n: int, k: int, rounds: int) -> float:
     return float(np.median(samples))
 
 
+def _batch_meta(n: int, k: int, rounds: int) -> dict:
+    """What every batch section's JSON block records about its runs."""
+    return {"unit": "cpu_us_per_request_round", "n": n, "k": k, "rounds": rounds, "repeats": BATCH_REPEATS}
+
+
 def batched_section(rounds: int, n: int = 8, k: int = 4) -> dict:
     """Per-request loop vs BatchedHedgeSpec for B in BATCH_SIZES: prints the table, returns the JSON block."""
     loop = {str(b): time_per_request_batch_round(b, n, k, rounds) * 1e6 for b in BATCH_SIZES}
@@ -128,11 +133,7 @@ def batched_section(rounds: int, n: int = 8, k: int = 4) -> dict:
         + ("met" if met else "MISSED")
     )
     return {
-        "unit": "cpu_us_per_request_round",
-        "n": n,
-        "k": k,
-        "rounds": rounds,
-        "repeats": BATCH_REPEATS,
+        **_batch_meta(n, k, rounds),
         "per_request_loop": loop,
         "batched": batch,
         "goal_us_at_b64": BATCH_GOAL_US,
@@ -179,15 +180,7 @@ def worker_section(rounds: int, n: int = 8, k: int = 4) -> dict:
     print("|---|---|---|---|")
     for b in BATCH_SIZES:
         print(f"| {b} | {loop[str(b)]:.2f} | {batch[str(b)]:.2f} | {loop[str(b)] / batch[str(b)]:.1f}x |")
-    return {
-        "unit": "cpu_us_per_request_round",
-        "n": n,
-        "k": k,
-        "rounds": rounds,
-        "repeats": BATCH_REPEATS,
-        "per_request": loop,
-        "batched": batch,
-    }
+    return {**_batch_meta(n, k, rounds), "per_request": loop, "batched": batch}
 
 
 def main() -> None:
