@@ -52,21 +52,21 @@ def server_generator(
 ) -> Generator:
     """Chat completions against an OpenAI-compatible endpoint (stdlib ``urllib``; no extra dependency).
 
-    The returned function also has ``.batch(list_of_messages) -> list[str]``: the prompts sent at once from one
-    thread each, answers in prompt order, so ``batch_size`` is the client's concurrency and the server's
-    continuous batching does the rest (as SpecForge's ``scripts/regenerate_train_data.py`` drives SGLang).
-    ``thinking`` (not None) is sent as ``chat_template_kwargs`` so the server renders the prompt as the target's
-    pinned template does.
+    The returned function also has ``.batch(list_of_messages, max_new=None) -> list[str]``: the prompts sent at once
+    from one thread each (``max_new``: each request's own token cap), answers in prompt order, so ``batch_size`` is
+    the client's concurrency and the server's continuous batching does the rest (as SpecForge's
+    ``scripts/regenerate_train_data.py`` drives SGLang). ``thinking`` (not None) is sent as
+    ``chat_template_kwargs`` so the server renders the prompt as the target's pinned template does.
     """
     endpoint = url.rstrip("/")
     if not endpoint.endswith("/chat/completions"):
         endpoint = (endpoint if endpoint.endswith("/v1") else endpoint + "/v1") + "/chat/completions"
 
-    def gen(messages: list[dict[str, str]]) -> str:
+    def gen(messages: list[dict[str, str]], max_new: int | None = None) -> str:
         body = {
             "model": model or "default",
             "messages": messages,
-            "max_tokens": max_new_tokens,
+            "max_tokens": max_new_tokens if max_new is None else int(max_new),
             "temperature": temperature,
             "seed": seed,
         }
@@ -81,11 +81,12 @@ def server_generator(
         except (urllib.error.URLError, OSError, KeyError, ValueError) as e:
             raise DataRecipeError(f"regen.url={url!r}: request to {endpoint} failed: {e}") from e
 
-    def batch(many: list[list[dict[str, str]]]) -> list[str]:
+    def batch(many: list[list[dict[str, str]]], max_new: list[int] | None = None) -> list[str]:
+        caps = [None] * len(many) if max_new is None else list(max_new)
         if len(many) <= 1:
-            return [gen(m) for m in many]
+            return [gen(m, c) for m, c in zip(many, caps)]
         with ThreadPoolExecutor(max_workers=len(many)) as pool:
-            return list(pool.map(gen, many))  # map keeps prompt order; the first failure is raised
+            return list(pool.map(gen, many, caps))  # map keeps prompt order; the first failure is raised
 
     gen.batch = batch  # type: ignore[attr-defined]
     return gen
@@ -96,9 +97,11 @@ def transformers_generator(
 ) -> Generator:
     """Plain ``model.generate`` on a registry target (``hedgespec.models.load_target``).
 
-    The returned function also has ``.batch(list_of_messages) -> list[str]``: one left-padded ``generate`` call
-    for several prompts (2.5x the tokens/s of one-by-one on 2 CPU cores for SmolLM2 at 16 prompts); greedy
-    answers match the one-by-one ones (a test checks).
+    The returned function also has ``.batch(list_of_messages, max_new=None) -> list[str]``: one left-padded
+    ``generate`` call for several prompts (2.5x the tokens/s of one-by-one on 2 CPU cores for SmolLM2 at 16
+    prompts); greedy answers match the one-by-one ones (a test checks). ``max_new`` caps each answer at its own
+    number of tokens (the call decodes up to the largest cap, then cuts each row), and ``.prompt_tokens(messages)``
+    counts the tokens of the rendered prompt the answer follows.
     """
     import torch  # lazily: building the data recipes (offline) never needs torch
 
@@ -109,7 +112,8 @@ def transformers_generator(
     device = next(model.parameters()).device
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
-    def batch(many: list[list[dict[str, str]]]) -> list[str]:
+    def batch(many: list[list[dict[str, str]]], max_new: list[int] | None = None) -> list[str]:
+        caps = [max_new_tokens] * len(many) if max_new is None else [int(c) for c in max_new]
         texts = [tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in many]
         side, tok.padding_side = tok.padding_side, "left"  # decoder-only: pad on the left so answers align
         try:
@@ -117,19 +121,28 @@ def transformers_generator(
         finally:
             tok.padding_side = side
         enc = {k: v.to(device) for k, v in enc.items()}
-        kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": temperature > 0, "pad_token_id": pad_id}
+        kw: dict[str, Any] = {"max_new_tokens": max(caps), "do_sample": temperature > 0, "pad_token_id": pad_id}
         if temperature > 0:
             kw["temperature"] = temperature
             torch.manual_seed(seed)
         with torch.no_grad():
             out = model.generate(**enc, **kw)
-        return [tok.decode(row, skip_special_tokens=True).strip() for row in out[:, enc["input_ids"].shape[1] :]]
+        new = out[:, enc["input_ids"].shape[1] :]
+        return [tok.decode(row[:cap], skip_special_tokens=True).strip() for row, cap in zip(new, caps)]
 
-    def gen(messages: list[dict[str, str]]) -> str:
-        return batch([messages])[0]
+    def gen(messages: list[dict[str, str]], max_new: int | None = None) -> str:
+        return batch([messages], None if max_new is None else [max_new])[0]
 
     gen.batch = batch  # type: ignore[attr-defined]
+    gen.prompt_tokens = lambda messages: prompt_tokens(tok, messages)  # type: ignore[attr-defined]
     return gen
+
+
+def prompt_tokens(tok: Any, messages: list[dict[str, str]]) -> int:
+    """Tokens of ``messages`` rendered as the prompt a regenerated answer follows (chat template with the
+    generation prompt): where the answer starts in the training conversation."""
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return len(tok(text, add_special_tokens=False)["input_ids"])
 
 
 def _target_name(target: Any, target_name: str | None) -> str:
@@ -160,11 +173,38 @@ def _compute_of(target: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def output_stem(target_name: str, thinking: bool | None, compute_dtype: str | None = None) -> str:
-    """``<target>[.think|.nothink][.<compute_dtype>]``: the file stem of one target's answers (a target cast to
-    another dtype answers in other numerics, so its answers never resume into the loaded dtype's file)."""
+def output_stem(
+    target_name: str, thinking: bool | None, compute_dtype: str | None = None, window: int | None = None
+) -> str:
+    """``<target>[.think|.nothink][.<compute_dtype>][.w<window>]``: the file stem of one target's answers (a target
+    cast to another dtype answers in other numerics, so its answers never resume into the loaded dtype's file;
+    answers cut to a training window never resume into whole answers or another window's)."""
     stem = target_name if thinking is None else f"{target_name}.{'think' if thinking else 'nothink'}"
-    return stem if compute_dtype is None else f"{stem}.{compute_dtype}"
+    stem = stem if compute_dtype is None else f"{stem}.{compute_dtype}"
+    return stem if window is None else f"{stem}.w{window}"
+
+
+#: tokens generated past the training window: the cut answer's end-of-turn then lies outside the window
+WINDOW_MARGIN = 16
+
+
+def _fit_window(
+    todo: list[dict[str, Any]], generator: Any, target: Any, window: int, max_new_tokens: int, skipped_path: Path
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """The examples worth generating for a ``window``-token training window, shortest prompt first, and each one's
+    token cap; prompts that fill the window are appended to the skipped list."""
+    count = getattr(generator, "prompt_tokens", None)
+    if count is None:  # a server generator: count with the target's own tokenizer
+        tok = hedgespec.models.load_tokenizer(target)
+        count = lambda messages: prompt_tokens(tok, messages)  # noqa: E731
+    lengths = [count(_prompt_of(r)) for r in todo]
+    with open(skipped_path, "a") as fs:
+        for rec, n in zip(todo, lengths):
+            if n >= window:
+                fs.write(rec["id"] + "\n")
+    order = sorted((i for i, n in enumerate(lengths) if n < window), key=lambda i: lengths[i])
+    caps = [min(max_new_tokens, window - lengths[i] + WINDOW_MARGIN) for i in order]
+    return [todo[i] for i in order], caps
 
 
 def _prompt_of(rec: dict[str, Any]) -> list[dict[str, str]]:
@@ -189,12 +229,20 @@ def regenerate(
     batch_size: int = 1,
     backend: str = "transformers",
     server: dict[str, Any] | None = None,
+    window: int | None = None,
 ) -> Path:
     """Regenerate the assistant turns of ``<domain_dir>/<split>.jsonl``; returns the output path (resumable).
 
     ``backend="sglang"`` (without a ``url``) starts a plain SGLang server of ``target`` for the run
     (``hedgespec.serving.launch.plain_server``; ``server`` holds its options: port, device, dtype, log_path) and
     sends ``batch_size`` requests at once; ``backend="transformers"`` batches ``generate`` calls in this process.
+
+    ``window`` (the training window in tokens, e.g. ``train.features.max_length``) generates only what training
+    will read: an answer stops ``WINDOW_MARGIN`` tokens past the window (so the end-of-turn tokens of a cut answer
+    lie outside it and the window holds exactly the tokens of the uncut answer), a prompt of ``window`` tokens or
+    more has no supervised token in the window and is not generated (listed in the ``.skipped`` file), and the
+    prompts go in order of length, so a batch pads little and stops at its own longest cap. The answers go to
+    ``<split>.<target>...w<window>.jsonl`` (file order: the order generated), never mixed with uncut answers.
     """
     if backend not in BACKENDS:
         raise DataRecipeError(f"regen.backend={backend!r}: expected one of {BACKENDS}")
@@ -204,13 +252,15 @@ def regenerate(
         raise DataRecipeError(
             f"regenerate: {src} does not exist; build the domain first (python scripts/prepare_data.py domain=...)"
         )
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise DataRecipeError(f"regen.window={window!r}: expected a number of tokens >= 1 (or none: whole answers)")
     if max_examples < 1 or max_new_tokens < 1 or batch_size < 1:
         raise DataRecipeError(
             f"regen.max_examples={max_examples}, regen.max_new_tokens={max_new_tokens} and "
             f"regen.batch_size={batch_size} must be >= 1"
         )
     thinking = _thinking_of(target)
-    name = output_stem(_target_name(target, target_name), thinking, _compute_of(target))  # a url serves this target
+    name = output_stem(_target_name(target, target_name), thinking, _compute_of(target), window)  # a url serves it
     out_dir = domain_dir / "regen"
     out_dir.mkdir(exist_ok=True)
     out = out_dir / f"{split}.{name}.jsonl"
@@ -230,7 +280,11 @@ def regenerate(
                 if url
                 else transformers_generator(target, max_new_tokens, temperature, seed)
             )
-        _write_answers(todo, generator, batch_size, out, skipped_path, f"regen {domain_dir.name}/{split}", progress)
+        caps = None
+        if todo and window is not None:
+            todo, caps = _fit_window(todo, generator, target, window, max_new_tokens, skipped_path)
+        desc = f"regen {domain_dir.name}/{split}"
+        _write_answers(todo, generator, batch_size, out, skipped_path, desc, progress, caps)
     info = {
         "split": split,
         "target": name,
@@ -241,6 +295,7 @@ def regenerate(
         "max_new_tokens": max_new_tokens,
         "max_examples": max_examples,
         "batch_size": batch_size,
+        "window": window,
         "records": len(read_jsonl(out)) if out.is_file() else 0,
         "seconds_last_run": round(time.perf_counter() - t0, 2),
     }
@@ -277,8 +332,10 @@ def _write_answers(
     skipped_path: Path,
     desc: str,
     progress: bool,
+    caps: list[int] | None = None,
 ) -> None:
-    """Generate and append the answers of ``todo`` in source order (a rerun resumes after the last one written)."""
+    """Generate and append the answers of ``todo`` in its order (a rerun resumes after the last one written);
+    ``caps``: each example's own token cap (else the generator's ``max_new_tokens``)."""
     batched = getattr(generator, "batch", None) if batch_size > 1 else None
     with (
         open(out, "a", encoding="utf-8") as f,
@@ -287,7 +344,12 @@ def _write_answers(
     ):
         for i in range(0, len(todo), batch_size if batched else 1):
             chunk = todo[i : i + batch_size] if batched else todo[i : i + 1]
-            answers = batched([_prompt_of(r) for r in chunk]) if batched else [generator(_prompt_of(chunk[0]))]
+            cap = None if caps is None else caps[i : i + len(chunk)]
+            prompts = [_prompt_of(r) for r in chunk]
+            if batched:
+                answers = batched(prompts) if cap is None else batched(prompts, max_new=cap)
+            else:
+                answers = [generator(prompts[0]) if cap is None else generator(prompts[0], max_new=cap[0])]
             for rec, answer in zip(chunk, answers):  # written in source order, so a rerun resumes cleanly
                 if not answer.strip():
                     fs.write(rec["id"] + "\n")

@@ -1,6 +1,7 @@
 """Regeneration speed side by side: transformers batched ``generate`` vs a running SGLang server, same prompts.
 
     python scripts/bench_regen.py --domain-dir data/offline/math --n 32 --out results/bench_regen.json
+    python scripts/bench_regen.py --domain-dir data/offline/cnndm --n 32 --window 256 --no-server --out F.json
 
 Both backends regenerate the first ``--n`` training prompts of the domain (``data_recipes.regenerate``, the same
 function the training pipeline and ``scripts/prepare_data.py regenerate=true`` call) into scratch copies, so the
@@ -9,6 +10,12 @@ domain's own ``regen/`` is not touched: ``backend=transformers`` (batched ``gene
 so the two never share the cores (an idle SGLang scheduler polls, holding a core). Each wall time includes its
 model load or server start. Prints seconds per answer, answer tokens/s, the ratio between the two, and how many
 greedy answers agree exactly (the server decodes in bfloat16 with its own kernels).
+
+``--window W`` adds ``transformers_window``: the same prompts regenerated only as far as a W-token training window
+reads them (``regenerate(window=W)``, what ``train.regenerate.fit_window`` does), timed against whole answers, and
+checks what training would see: for every example, the window's token ids and loss mask
+(``hedgespec.training.features.tokenize_conversation``) from the cut answer against the whole one, and that every
+skipped prompt supervises no token in the window. ``--no-server`` leaves the SGLang row out.
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ from data_recipes.regenerate import regenerate
 from hedgespec.models import load_tokenizer
 
 
-def run_backend(domain_dir: Path, scratch: Path, n: int, max_new: int, batch: int, backend: str, port: int) -> dict:
+def run_backend(
+    domain_dir: Path, scratch: Path, n: int, max_new: int, batch: int, backend: str, port: int, window: int | None
+) -> dict:
     """Regenerate ``n`` answers of ``domain_dir`` in ``scratch`` with one backend; timings and the answers."""
     scratch.mkdir(parents=True)
     shutil.copy(domain_dir / "train.jsonl", scratch / "train.jsonl")
@@ -35,10 +44,36 @@ def run_backend(domain_dir: Path, scratch: Path, n: int, max_new: int, batch: in
     server = {"port": port, "log_path": scratch / "server.log", "max_total_tokens": batch * (max_new + 512)}
     out = regenerate(
         scratch, target="smollm2", max_examples=n, max_new_tokens=max_new, batch_size=batch, progress=False,
-        backend=backend, server=server if backend == "sglang" else None,
+        backend=backend, server=server if backend == "sglang" else None, window=window,
     )  # fmt: skip
     wall = time.perf_counter() - t0
-    return {"wall_s": round(wall, 2), "answers": {r["id"]: r["conversations"][-1]["content"] for r in read_jsonl(out)}}
+    skipped = out.with_suffix(".skipped")
+    return {
+        "wall_s": round(wall, 2),
+        "records": {r["id"]: r["conversations"] for r in read_jsonl(out)},
+        "skipped": skipped.read_text().split() if skipped.is_file() else [],
+    }
+
+
+def window_check(tok, whole: dict, cut: dict, window: int) -> dict:
+    """What a ``window``-token training window holds from the cut answers against the whole ones."""
+    from hedgespec.training.features import tokenize_conversation
+
+    same = differ = 0
+    for rid, conv in cut["records"].items():
+        if rid not in whole["records"]:
+            continue
+        a = tokenize_conversation(tok, whole["records"][rid], window)
+        b = tokenize_conversation(tok, conv, window)
+        ok = a[0].shape == b[0].shape and bool((a[0] == b[0]).all()) and bool((a[1] == b[1]).all())
+        same, differ = same + ok, differ + (not ok)
+    lost = sum(
+        int(tokenize_conversation(tok, whole["records"][rid], window)[1].sum())
+        for rid in cut["skipped"]
+        if rid in whole["records"]
+    )
+    return {"window_identical": same, "window_different": differ, "skipped": len(cut["skipped"]),
+            "supervised_tokens_of_skipped": lost}  # fmt: skip
 
 
 def main() -> None:
@@ -50,51 +85,74 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16, help="transformers: prompts per generate call")
     ap.add_argument("--concurrency", type=int, default=32, help="server: requests in flight")
     ap.add_argument("--threads", type=int, default=2, help="torch threads of the transformers path")
+    ap.add_argument("--window", type=int, default=None, help="also regenerate cut to this training window")
+    ap.add_argument("--no-server", action="store_true", help="leave the SGLang server row out")
     ap.add_argument("--out", type=Path, default=Path("bench_regen.json"))
     args = ap.parse_args()
     if not (args.domain_dir / "train.jsonl").is_file():
         sys.exit(f"--domain-dir {args.domain_dir}: no train.jsonl (python scripts/prepare_data.py domain=...)")
+    if args.window is not None and args.window < 1:
+        sys.exit(f"--window {args.window}: expected a number of tokens >= 1")
     import torch
 
     torch.set_num_threads(args.threads)
     tok = load_tokenizer("smollm2")
+    runs: dict[str, tuple[dict, dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         common = (args.n, args.max_new_tokens)
-        hf = run_backend(args.domain_dir, Path(tmp) / "hf", *common, args.batch_size, "transformers", args.port)
-        srv = run_backend(args.domain_dir, Path(tmp) / "srv", *common, args.concurrency, "sglang", args.port)
+        hf_setting = {"batch_size": args.batch_size, "threads": args.threads}
+        hf = run_backend(args.domain_dir, Path(tmp) / "hf", *common, args.batch_size, "transformers", args.port, None)
+        runs["transformers"] = (hf, hf_setting)
+        if args.window is not None:
+            cut = run_backend(
+                args.domain_dir, Path(tmp) / "win", *common, args.batch_size, "transformers", args.port, args.window
+            )
+            runs["transformers_window"] = (cut, {**hf_setting, "window": args.window})
+        if not args.no_server:
+            srv = run_backend(args.domain_dir, Path(tmp) / "srv", *common, args.concurrency, "sglang", args.port, None)
+            runs["sglang_server"] = (srv, {"concurrency": args.concurrency})
     rows = {}
-    for name, res, setting in (
-        ("transformers", hf, {"batch_size": args.batch_size, "threads": args.threads}),
-        ("sglang_server", srv, {"concurrency": args.concurrency}),
-    ):
-        tokens = sum(len(tok(a, add_special_tokens=False)["input_ids"]) for a in res["answers"].values())
-        n = len(res["answers"])
+    for name, (res, setting) in runs.items():
+        answers = [conv[-1]["content"] for conv in res["records"].values()]
+        tokens = sum(len(tok(a, add_special_tokens=False)["input_ids"]) for a in answers)
         rows[name] = {
             **setting,
-            "answers": n,
+            "answers": len(answers),
+            "skipped": len(res["skipped"]),
             "answer_tokens": tokens,
             "wall_s": res["wall_s"],
-            "s_per_answer": round(res["wall_s"] / max(n, 1), 3),
+            "s_per_prompt": round(res["wall_s"] / args.n, 3),
             "tokens_per_s": round(tokens / res["wall_s"], 2),
         }
-    rows["sglang_server"]["speedup_vs_transformers"] = round(hf["wall_s"] / srv["wall_s"], 2)
-    same = sum(hf["answers"].get(k) == v for k, v in srv["answers"].items())
+        if name != "transformers":
+            rows[name]["speedup_vs_transformers"] = round(hf["wall_s"] / res["wall_s"], 2)
     result = {
-        "schema": "hedgespec.bench_regen/v1",
+        "schema": "hedgespec.bench_regen/v2",
         "command": "python scripts/bench_regen.py " + " ".join(sys.argv[1:]),
         "domain": args.domain_dir.name,
         "target": "smollm2",
+        "prompts": args.n,
         "max_new_tokens": args.max_new_tokens,
         "rows": rows,
-        "identical_answers": same,
         "machine": {"processor": platform.processor() or platform.machine(), "python": platform.python_version()},
     }
+    if "sglang_server" in runs:
+        srv_answers = runs["sglang_server"][0]["records"]
+        result["identical_answers"] = sum(
+            hf["records"].get(k, [{}])[-1].get("content") == v[-1]["content"] for k, v in srv_answers.items()
+        )
+    if "transformers_window" in runs:
+        result["window_check"] = window_check(tok, hf, runs["transformers_window"][0], args.window)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for name, r in rows.items():
-        print(f"{name:14s} {r['answers']:3d} answers  {r['wall_s']:7.1f} s  {r['s_per_answer']:.2f} s/answer  "
-              f"{r['tokens_per_s']:6.1f} tok/s")  # fmt: skip
-    print(f"server / transformers: {rows['sglang_server']['speedup_vs_transformers']}x; identical answers {same}/{n}")
+        ratio = f"  {r['speedup_vs_transformers']}x transformers" if "speedup_vs_transformers" in r else ""
+        print(f"{name:19s} {r['answers']:3d} answers {r['skipped']:3d} skipped  {r['wall_s']:7.1f} s  "
+              f"{r['s_per_prompt']:.2f} s/prompt  {r['tokens_per_s']:6.1f} tok/s{ratio}")  # fmt: skip
+    if "identical_answers" in result:
+        print(f"server answers identical to transformers': {result['identical_answers']}/{args.n}")
+    if "window_check" in result:
+        print(f"training window ({args.window} tokens): {result['window_check']}")
     print(f"wrote {args.out}")
 
 

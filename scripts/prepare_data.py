@@ -96,6 +96,7 @@ def _regenerate_all(cfg: DictConfig, out: dict[str, Path], target: Any, url: str
             seed=cfg.seed,
             progress=cfg.regen.progress,
             batch_size=int(cfg.regen.get("batch_size") or 1),
+            window=cfg.regen.get("window"),
         )
         print(f"[prepare_data] {d}: regenerated answers -> {p}")
 

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from data_recipes import DataRecipeError, prepare, read_jsonl, validate_record
-from data_recipes.regenerate import regenerate
+from data_recipes.regenerate import _prompt_of, output_stem, prompt_tokens, regenerate
 
 
 @pytest.fixture()
@@ -269,3 +269,131 @@ def test_sigkill_during_regeneration_then_rerun_gives_the_same_answers(tmp_path)
     regenerate(sql, **kw)
     assert out.read_bytes() == ref.read_bytes()
     assert skipped.read_text() == (ref.parent / "train.tiny.skipped").read_text()
+
+
+def _window_fake(calls: list[tuple[list[int], list[int]]]):
+    """A generator whose prompt length is the prompt's word count and whose answer says which cap it got."""
+
+    def gen(messages, max_new=None):
+        return gen.batch([messages], None if max_new is None else [max_new])[0]
+
+    def batch(many, max_new=None):
+        calls.append(([gen.prompt_tokens(m) for m in many], list(max_new or [])))
+        return [f"cap {c}" for c in (max_new or [None] * len(many))]
+
+    gen.batch = batch
+    gen.prompt_tokens = lambda messages: len(messages[0]["content"].split())
+    return gen
+
+
+def test_window_generates_only_what_the_window_reads(sql_dir) -> None:
+    """fit to a window: shortest prompts first, each capped window - prompt + margin (at most max_new_tokens), prompts
+    that fill the window skipped, answers in their own file; a rerun generates nothing again."""
+    from data_recipes.regenerate import WINDOW_MARGIN
+
+    src = read_jsonl(sql_dir / "train.jsonl")
+    words = {r["id"]: len(r["conversations"][0]["content"].split()) for r in src}
+    assert len(set(words.values())) > 2, "prompts of different lengths"
+    window = sorted(words.values())[3]  # the two longest prompts (at least) fill the window
+    calls: list = []
+    gen = _window_fake(calls)
+    kw = {"generator": gen, "target_name": "fake", "progress": False, "max_new_tokens": 40}
+    out = regenerate(sql_dir, max_examples=6, batch_size=2, window=window, **kw)
+    assert out.name == f"train.fake.w{window}.jsonl"
+    kept = sorted((i for i in range(6) if words[src[i]["id"]] < window), key=lambda i: words[src[i]["id"]])
+    lengths = [words[src[i]["id"]] for i in kept]
+    assert [n for c in calls for n in c[0]] == lengths, "shortest first"
+    assert [n for c in calls for n in c[1]] == [min(40, window - n + WINDOW_MARGIN) for n in lengths]
+    recs = read_jsonl(out)
+    assert [r["id"] for r in recs] == [src[i]["id"] for i in kept]
+    skipped = (sql_dir / "regen" / f"train.fake.w{window}.skipped").read_text().split()
+    assert sorted(skipped) == sorted(r["id"] for r in src if words[r["id"]] >= window) and skipped
+    info = json.loads((sql_dir / "regen" / f"train.fake.w{window}.json").read_text())
+    assert info["window"] == window and info["records"] == len(kept)
+    n_calls = len(calls)
+    regenerate(sql_dir, max_examples=6, batch_size=2, window=window, **kw)
+    assert len(calls) == n_calls, "nothing generated again"
+    regenerate(sql_dir, max_examples=2, batch_size=1, **kw)  # whole answers: another file, the generator's own cap
+    assert (sql_dir / "regen" / "train.fake.jsonl").is_file() and calls[-1][1] == []
+
+
+@pytest.mark.parametrize("bad", [0, -3, "256", True, 2.5])
+def test_window_must_be_a_positive_token_count(sql_dir, bad) -> None:
+    with pytest.raises(DataRecipeError, match="regen.window="):
+        regenerate(sql_dir, generator=lambda m: "x", target_name="fake", progress=False, window=bad)
+    assert not (sql_dir / "regen").exists() or not list((sql_dir / "regen").glob("*.jsonl")), "nothing written"
+
+
+def _check_windows(tok, domain_dir, window: int, **kw) -> None:
+    """Regenerate whole and cut to ``window``; compare what training's own tokenisation (tokenize_conversation) keeps:
+    every cut answer's window has exactly the token ids and loss mask of the whole answer's window, some answers were
+    cut, and a skipped prompt had no supervised token in the window."""
+    import torch
+
+    from hedgespec.training.features import tokenize_conversation
+
+    whole = {r["id"]: r for r in read_jsonl(regenerate(domain_dir, **kw))}
+    cut = {r["id"]: r for r in read_jsonl(regenerate(domain_dir, window=window, **kw))}
+    stem = output_stem(kw["target"], None, None, window)
+    skipped = (domain_dir / "regen" / f"train.{stem}.skipped").read_text().split()
+    assert whole and cut and set(cut) | set(skipped) >= set(whole)
+    shorter = 0
+    for rid, rec in cut.items():
+        if rid not in whole:
+            continue
+        a = tokenize_conversation(tok, whole[rid]["conversations"], window)
+        b = tokenize_conversation(tok, rec["conversations"], window)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), rid
+        shorter += len(rec["conversations"][-1]["content"]) < len(whole[rid]["conversations"][-1]["content"])
+    assert shorter, "some answers were cut"
+    for rid in skipped:
+        if rid in whole:
+            assert int(tokenize_conversation(tok, whole[rid]["conversations"], window)[1].sum()) == 0, rid
+
+
+def test_cut_answers_give_training_the_same_window(sql_dir) -> None:
+    """A generator that answers with the first ``cap`` tokens of a long text (what greedy decoding to a cap gives),
+    counted and decoded with the tiny target's tokenizer."""
+    from hedgespec.models import load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    text = " ".join(f"SELECT col{i} FROM t{i % 7} WHERE x > {i};" for i in range(200))
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+
+    def gen(messages, max_new=None):
+        return gen.batch([messages], None if max_new is None else [max_new])[0]
+
+    def batch(many, max_new=None):
+        caps = max_new or [300] * len(many)
+        return [tok.decode(ids[len(m[0]["content"]) % 5 : c + len(m[0]["content"]) % 5]) for m, c in zip(many, caps)]
+
+    gen.batch, gen.prompt_tokens = batch, lambda m: prompt_tokens(tok, m)
+    lengths = sorted(gen.prompt_tokens(_prompt_of(r)) for r in read_jsonl(sql_dir / "train.jsonl"))
+    window = lengths[len(lengths) // 2] + 40  # the longer prompts' answers are cut, the longest may fill the window
+    kw = {"target": "tiny", "generator": gen, "max_examples": 6, "max_new_tokens": 300, "batch_size": 3}
+    _check_windows(tok, sql_dir, window, progress=False, **kw)
+
+
+@pytest.mark.slow
+def test_smollm2_cut_answers_give_training_the_same_window(tmp_path) -> None:
+    """The embedded target's own greedy answers (batched generate with per-row caps), on CNN/DM's long prompts."""
+    import torch
+
+    from hedgespec.models import load_tokenizer
+
+    torch.set_num_threads(2)
+    cnndm = prepare("cnndm", n_train=8, n_eval=3, data_dir=tmp_path, log=None)["cnndm"]
+    kw = {"target": "smollm2", "max_examples": 8, "max_new_tokens": 64, "batch_size": 4, "progress": False}
+    _check_windows(load_tokenizer("smollm2"), cnndm, 256, **kw)
+
+
+def test_per_row_caps_equal_each_prompt_alone(sql_dir) -> None:
+    """One batched call with a cap per row answers as each prompt decoded alone with its cap (tiny target)."""
+    import torch
+
+    from data_recipes.regenerate import transformers_generator
+
+    torch.set_num_threads(1)
+    gen = transformers_generator("tiny", max_new_tokens=48, temperature=0.0, seed=0)
+    prompts = [_prompt_of(r) for r in read_jsonl(sql_dir / "train.jsonl")[:3]]
+    assert gen.batch(prompts, max_new=[5, 48, 17]) == [gen(p, max_new=c) for p, c in zip(prompts, (5, 48, 17))]

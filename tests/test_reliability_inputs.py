@@ -66,6 +66,11 @@ CASES = [
         lambda t: _train(t, "+train.specforge.training.max_stepz=3"),
         r"specforge.training.max_stepz: Extra inputs are not permitted",
     ),
+    (
+        "train/run.py",
+        lambda t: _train(t, "+train.regenerate.fit_window=maybe"),
+        r"train.regenerate.fit_window='maybe': expected true or false",
+    ),
     ("train/run.py", lambda t: _train(t, "train.pool=../x"), r"pool='../x' / drafter='general': use letters, digits"),
     ("train/run.py", lambda t: _train(t, "train.pool=.."), r"pool='..' / drafter='general': use letters, digits"),
     (

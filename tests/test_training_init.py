@@ -162,3 +162,43 @@ def test_regenerated_data_is_made_by_the_pipeline(tmp_path: Path, monkeypatch: p
     assert res.final_step == 6 and 3 <= res.stages["features"]["samples"] <= 5  # too-long ones are dropped
     again = train_drafter(compose_train(tmp_path, *over))  # nothing left to regenerate: features reused
     assert again.stages["features"]["reused"] is True and len(read_jsonl(regen)) == 5
+
+
+def test_fit_window_regenerates_only_what_the_budget_window_reads(tmp_path: Path, monkeypatch) -> None:
+    """train.regenerate.fit_window: the data stage asks for each answer only up to the budget's window (the smaller
+    max_length) plus the margin, and writes and reads the window's own file."""
+    import data_recipes.regenerate as rg
+    from data_recipes import read_jsonl
+    from hedgespec.models import load_target, load_tokenizer
+    from hedgespec.training import pipeline
+
+    caps: list[int] = []
+
+    def fake_generator(target, max_new_tokens, temperature, seed, loaded=None):
+        def gen(messages, max_new=None):
+            return gen.batch([messages], [max_new])[0]
+
+        def batch(many, max_new=None):
+            caps.extend(max_new)
+            return [f"SELECT {c};" for c in max_new]
+
+        gen.batch = batch
+        return gen  # no prompt_tokens: regenerate counts with the target's tokenizer
+
+    monkeypatch.setattr(rg, "transformers_generator", fake_generator)
+    over = ["target=tiny", "train=tiny", "domain=sql", "train.regenerate.enabled=true"]
+    over += ["train.regenerate.max_examples=4", "+train.regenerate.max_new_tokens=300"]
+    over += ["+train.regenerate.batch_size=2", "+train.regenerate.fit_window=true"]
+    over += ["train.features.max_length=384", "train.specforge.data.max_length=320"]
+    cfg = pipeline._plain(compose_train(tmp_path, *over))
+    assert pipeline.regen_window(cfg) == 320
+    domain_dir = Path(cfg["data_dir"]) / "offline" / "sql"
+    out = pipeline._regenerated(cfg, "sql", "offline", domain_dir, load_target("tiny"))
+    assert out == pipeline.regenerated_path(cfg, domain_dir) and out.name == "train.tiny.w320.jsonl"
+    tok = load_tokenizer("tiny")
+    lengths = sorted(rg.prompt_tokens(tok, rg._prompt_of(r)) for r in read_jsonl(domain_dir / "train.jsonl")[:4])
+    kept = [n for n in lengths if n < 320]
+    assert caps == [min(300, 320 - n + rg.WINDOW_MARGIN) for n in kept] and caps
+    assert len(read_jsonl(out)) == len(kept)
+    cfg["train"]["regenerate"]["fit_window"] = False
+    assert pipeline.regenerated_path(cfg, domain_dir).name == "train.tiny.jsonl"

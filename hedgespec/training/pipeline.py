@@ -375,6 +375,7 @@ def _regenerated(
             seed=seed,
             batch_size=int(regen.get("batch_size", 1)),
             progress=bool(cfg.get("progress", True)),
+            window=regen_window(cfg),
         )
     if not out.is_file():
         raise FileNotFoundError(_missing_answers(out, domain, source, tname))
@@ -385,8 +386,27 @@ def regenerated_path(cfg: Mapping[str, Any], domain_dir: Path) -> Path:
     """``<domain dir>/regen/train.<target>[.think|.nothink][.<compute dtype>].jsonl``: the answers
     ``data.regenerated`` trains on."""
     spec = resolve_target(target_config(cfg))
-    stem = recipe_regen.output_stem(_target_name(cfg), spec.thinking, spec.compute_dtype)
+    stem = recipe_regen.output_stem(_target_name(cfg), spec.thinking, spec.compute_dtype, regen_window(cfg))
     return domain_dir / "regen" / f"train.{stem}.jsonl"
+
+
+def regen_window(cfg: Mapping[str, Any]) -> int | None:
+    """``train.regenerate.fit_window``: the answers are generated only as far as training reads them, the budget's
+    window (the smaller of ``train.features.max_length`` and ``train.specforge.data.max_length``); else None."""
+    train = cfg.get("train") or {}
+    fit = (train.get("regenerate") or {}).get("fit_window", False)
+    if not isinstance(fit, bool):
+        raise ValueError(f"train.regenerate.fit_window={fit!r}: expected true or false")
+    return min(window_settings(train).values()) if fit else None
+
+
+def window_settings(train: Mapping[str, Any]) -> dict[str, int]:
+    """The budget's settings that cut a training conversation, by name: the features' and SpecForge's max_length."""
+    lengths = {"train.features.max_length": int((train.get("features") or {}).get("max_length", 512))}
+    sf_len = ((train.get("specforge") or {}).get("data") or {}).get("max_length")
+    if sf_len is not None:
+        lengths["train.specforge.data.max_length"] = int(sf_len)
+    return lengths
 
 
 def _target_name(cfg: Mapping[str, Any]) -> str:
@@ -532,6 +552,7 @@ def setup(cfg: Any) -> TrainRun:
     if device == "cpu":
         check_cpu_config(block)
     check_features_backend(train.get("features"))  # before anything is loaded: backend name, offload, install
+    regen_window(cfg)  # a fit_window that is not a bool is named here, before the target loads
     if not train.get("plan_only"):
         check_answers_exist(cfg, domain)
     _own_or_absent(run_dir, RUN_MARKER, "run directory")
@@ -696,10 +717,7 @@ def check_budget_fits(cfg: Mapping[str, Any], domain: str, data_path: Path, toke
     """
     train = cfg.get("train") or {}
     feats = train.get("features") or {}
-    lengths = {"train.features.max_length": int(feats.get("max_length", 512))}
-    sf_len = ((train.get("specforge") or {}).get("data") or {}).get("max_length")
-    if sf_len is not None:
-        lengths["train.specforge.data.max_length"] = int(sf_len)
+    lengths = window_settings(train)
     max_length = min(lengths.values())
     rows = read_conversations(data_path, feats.get("max_samples"))
     firsts = []
