@@ -350,7 +350,7 @@ def _write_answers(
                 answers = batched(prompts) if cap is None else batched(prompts, max_new=cap)
             else:
                 answers = [generator(prompts[0]) if cap is None else generator(prompts[0], max_new=cap[0])]
-            for rec, answer in zip(chunk, answers):  # written in source order, so a rerun resumes cleanly
+            for rec, answer in zip(chunk, answers):  # written in todo's order; a rerun resumes by id
                 if not answer.strip():
                     fs.write(rec["id"] + "\n")
                     continue

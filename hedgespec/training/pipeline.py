@@ -383,8 +383,8 @@ def _regenerated(
 
 
 def regenerated_path(cfg: Mapping[str, Any], domain_dir: Path) -> Path:
-    """``<domain dir>/regen/train.<target>[.think|.nothink][.<compute dtype>].jsonl``: the answers
-    ``data.regenerated`` trains on."""
+    """``<domain dir>/regen/train.<target>[.think|.nothink][.<compute dtype>][.w<window>].jsonl``: the answers
+    ``data.regenerated`` trains on (``.w<window>`` with ``train.regenerate.fit_window``)."""
     spec = resolve_target(target_config(cfg))
     stem = recipe_regen.output_stem(_target_name(cfg), spec.thinking, spec.compute_dtype, regen_window(cfg))
     return domain_dir / "regen" / f"train.{stem}.jsonl"
