@@ -37,6 +37,9 @@ TOL, MAX_ITER = 1e-13, 200  # the tolerance and iteration cap of NormalHedge._co
 _SCALAR_ROWS = 4  # up to this many stale rows (N <= 48), NormalHedge's Python-float solve beats numpy's per-call cost
 
 
+_sum0, _max0 = np.add.reduce, np.maximum.reduce  # column sums / maxima of [N, r] (axis 0, their default)
+
+
 def _check_rows(rows: int) -> int:
     if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
         raise ValueError(f"rows (learner rows in the bank) must be an int >= 1, got {rows!r}")
@@ -75,22 +78,24 @@ def scale_root_batch(
     u = s0 * amax
     u = np.where((1.0 < u) & (u <= target), u, target)  # NaN s0 compares False: start at the upper end
     e, qe = np.empty_like(a), np.empty_like(a)
+    r = a.shape[1]
     left = True  # some column may lie left of the root: at the start and after a bisection
     for _ in range(max_iter):
         np.multiply(d, u, out=e)
         np.exp(e, out=e)
-        tot = e.sum(axis=0)
+        tot = _sum0(e)
         g = np.log(tot)
         g += u
         g -= target
-        ag = np.abs(g)
-        if ag.max() <= tol:
+        conv = np.abs(g) <= tol
+        nconv = np.count_nonzero(conv)
+        if nconv == r:
             break
         np.multiply(q, e, out=qe)
         step = g * tot
-        step /= qe.sum(axis=0)  # Newton: g'(u) = Σ q_i e_i / Σ e_i
-        if ag.min() <= tol:  # converged columns keep their u
-            step[ag <= tol] = 0.0
+        step /= _sum0(qe)  # Newton: g'(u) = Σ q_i e_i / Σ e_i
+        if nconv:  # converged columns keep their u
+            step[conv] = 0.0
         u_new = u - step
         if left:  # a step from the left (g < 0) may pass the upper end: bisect between the point and it
             over = u_new >= target
@@ -144,6 +149,7 @@ class NormalHedgeBank:
         self._fresh = np.zeros(self.rows, dtype=bool)  # _w is current for the row
         self._prior = np.full((self.rows, self.n), 1.0 / self.n)  # π of rows with a prior (set_prior)
         self._has_prior = np.zeros(self.rows, dtype=bool)  # False: uniform, NormalHedge's own code path
+        self._any_prior = False  # some row has a prior (self._has_prior.any(), kept up to date)
 
     def set_prior(self, rows: np.ndarray, prior: np.ndarray) -> None:
         """Give ``rows`` the prior ``prior`` ([len(rows), N] or [N], each checked by ``NormalHedge``'s rule:
@@ -153,6 +159,7 @@ class NormalHedgeBank:
             pi = _uniform_or(row, self.n)
             self._has_prior[r] = pi is not None
             self._prior[r] = 1.0 / self.n if pi is None else pi
+        self._any_prior = bool(self._has_prior.any())
         self._fresh[rows] = False
 
     @property
@@ -166,7 +173,9 @@ class NormalHedgeBank:
         self._s[rows] = np.nan
         self._flat[rows] = True
         self._fresh[rows] = False
-        self._has_prior[rows] = False
+        if self._any_prior:
+            self._has_prior[rows] = False
+            self._any_prior = bool(self._has_prior.any())
 
     def weights(self, rows: np.ndarray) -> np.ndarray:
         """Current weights of ``rows`` (distinct indices), [len(rows), N]; stale rows are solved together."""
@@ -177,7 +186,7 @@ class NormalHedgeBank:
         return self._w[rows]
 
     def _solve(self, rows: np.ndarray) -> None:
-        if self._has_prior.any():
+        if self._any_prior:
             with_prior = self._has_prior[rows]
             self._solve_prior(rows[with_prior])
             rows = rows[~with_prior]
@@ -188,9 +197,9 @@ class NormalHedgeBank:
             return
         pos = np.maximum(self.regret[rows].T, 0.0)  # [N, r]: one learner per column
         a = pos * pos
-        amax = a.max(axis=0)
+        amax = _max0(a)
         self._fresh[rows] = True
-        if not amax.min() > 0.0:  # no positive regret: uniform; the warm start is kept
+        if np.count_nonzero(amax) < rows.size:  # no positive regret: uniform; the warm start is kept
             live = amax > 0.0
             flat = rows[~live]
             self._w[flat] = 1.0 / self.n
@@ -200,7 +209,7 @@ class NormalHedgeBank:
                 return
         s, e = scale_root_batch(a, amax, self._s[rows])
         w = pos * e  # ∝ ([R]_+/c) exp([R]_+²/2c), shifted by the largest exponent
-        w /= w.sum(axis=0)
+        w /= _sum0(w)
         self._w[rows] = w.T
         self._s[rows] = s
         self._flat[rows] = False
