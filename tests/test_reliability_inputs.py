@@ -71,6 +71,11 @@ CASES = [
         lambda t: _train(t, "+train.regenerate.fit_window=maybe"),
         r"train.regenerate.fit_window='maybe': expected true or false",
     ),
+    (
+        "train/run.py",
+        lambda t: _train(t, "train.features.supervise=prompt"),
+        r"train.features.supervise='prompt': must be one of \['assistant', 'all'\]",
+    ),
     ("train/run.py", lambda t: _train(t, "train.pool=../x"), r"pool='../x' / drafter='general': use letters, digits"),
     ("train/run.py", lambda t: _train(t, "train.pool=.."), r"pool='..' / drafter='general': use letters, digits"),
     (

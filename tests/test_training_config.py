@@ -232,6 +232,35 @@ def test_features_match_specforge_format(tmp_path: Path) -> None:
     assert not other.reused and other.path != fs.path
 
 
+def test_supervise_all_marks_every_token_and_keys_its_own_cache(tmp_path: Path) -> None:
+    """``supervise="all"``: the same ids, a mask of ones (prompt included), written as such, under another key; the
+    default's key is the key of features made before the setting existed."""
+    from hedgespec.models import load_target
+    from hedgespec.training.features import feature_key, generate_features, read_conversations, tokenize_conversation
+
+    torch.set_num_threads(1)
+    model, tok = load_target({"name": "tiny", "kind": "tiny", "arch": {"num_hidden_layers": 4}})
+    conv = read_conversations(CONVERSATIONS)[0]["conversations"]
+    ids, mask = tokenize_conversation(tok, conv, max_length=512)
+    ids_all, mask_all = tokenize_conversation(tok, conv, max_length=512, supervise="all")
+    assert torch.equal(ids_all, ids) and 0 < int(mask.sum()) < ids.numel()
+    assert torch.equal(mask_all, torch.ones_like(ids))
+    with pytest.raises(ValueError, match=r"train.features.supervise='prompt': must be one of \['assistant', 'all'\]"):
+        tokenize_conversation(tok, conv, max_length=512, supervise="prompt")
+
+    args = ("h", "d", [0, 1, 2], 64, 3, "bfloat16", "tok")
+    old = feature_key(*args)  # the key's fields before the setting: no "supervise"
+    assert feature_key(*args, supervise="assistant") == old and feature_key(*args, supervise="all") != old
+    kw = dict(target_hash="h", aux_layer_ids=[0, 1, 2], max_length=64, max_samples=3, progress=False)
+    base = generate_features(model, tok, CONVERSATIONS, tmp_path, **kw)
+    every = generate_features(model, tok, CONVERSATIONS, tmp_path, supervise="all", **kw)
+    assert every.path != base.path and every.num_tokens == base.num_tokens
+    assert every.num_loss_tokens == every.num_tokens > base.num_loss_tokens
+    for f in every.path.rglob("*.ckpt"):
+        rec = torch.load(f, weights_only=True)
+        assert torch.equal(rec["loss_mask"], torch.ones_like(rec["input_ids"]))
+
+
 def test_draft_config_for_target() -> None:
     from transformers import LlamaConfig
 

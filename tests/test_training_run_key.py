@@ -21,6 +21,9 @@ OLD_KEY = json_hash({"target": "sha256:t", "data": "d", "aux": [0, 1, 2], "draft
 def test_settings_at_their_defaults_keep_the_key_of_runs_from_before_them() -> None:
     assert _key(OLD) == OLD_KEY
     assert _key({**OLD, "draft": {**OLD["draft"], "vocab": "own"}}) == OLD_KEY
+    assert _key({**OLD, "features": {"max_length": 64, "supervise": "assistant"}}) == _key(
+        {**OLD, "features": {"max_length": 64}}
+    )
     assert _key({**OLD, "plan_only": True, "overwrite": True, "source": "offline"}) == OLD_KEY
 
 
@@ -29,9 +32,11 @@ def test_any_other_value_is_another_run() -> None:
         _key({**OLD, "draft": {**OLD["draft"], "vocab": "init"}}),
         _key(OLD, thinking=False),
         _key(OLD, thinking=True),
+        _key({**OLD, "features": {"max_length": 64, "supervise": "all"}}),
+        _key({**OLD, "features": {"max_length": 64}}),
         OLD_KEY,
     }
-    assert len(keys) == 4
+    assert len(keys) == 6
 
 
 def test_the_key_is_computed_on_a_copy() -> None:

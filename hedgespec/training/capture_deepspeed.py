@@ -41,7 +41,7 @@ from hedgespec.io import atomic_dir, write_json_atomic
 from hedgespec.models.chat import pin_thinking
 from hedgespec.models.fingerprint import target_fingerprint
 from hedgespec.models.smollm2 import convert_smollm2
-from hedgespec.training.features import MANIFEST, FeatureSet, feature_key, generate_features
+from hedgespec.training.features import MANIFEST, SUPERVISE, FeatureSet, feature_key, generate_features
 from hedgespec.training.hashing import file_hash
 
 DEEPSPEED_VERSION = "0.19.8"
@@ -196,6 +196,7 @@ def capture_features_deepspeed(
     progress: bool = True,
     tokenizer_hash: str = "",
     thinking: bool | None = None,
+    supervise: str = "assistant",
 ) -> FeatureSet:
     """Write (or reuse) ``cache_root/<key>/`` like :func:`~hedgespec.training.features.generate_features`.
 
@@ -209,7 +210,9 @@ def capture_features_deepspeed(
     _check_inputs(model_dir, data_path, aux_layer_ids, offload, nvme_path)
     if compute_dtype not in COMPUTE_DTYPES:
         raise ValueError(f"compute_dtype={compute_dtype!r}: expected one of {COMPUTE_DTYPES}")
-    key = feature_key(target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype, tokenizer_hash)
+    key = feature_key(
+        target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype, tokenizer_hash, supervise
+    )
     out = Path(cache_root) / key
     if (out / MANIFEST).is_file():
         m = json.loads((out / MANIFEST).read_text())
@@ -224,6 +227,7 @@ def capture_features_deepspeed(
         *(("--nvme-path", str(nvme_path)) if nvme_path else ()),
         *(("--tokenizer-hash", tokenizer_hash) if tokenizer_hash else ()),
         *(("--thinking", str(thinking).lower()) if thinking is not None else ()),
+        *("--supervise", supervise),
         *(("--progress",) if progress else ()),
     ]
     _launch(argv, echo=progress)
@@ -329,6 +333,7 @@ def run_worker(args: argparse.Namespace) -> tuple[Path, float, float]:
         dtype=args.dtype,
         progress=args.progress,
         tokenizer_hash=args.tokenizer_hash,
+        supervise=args.supervise,
     )
     if not fs.reused:
         manifest = json.loads((fs.path / MANIFEST).read_text())
@@ -355,6 +360,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nvme-path", default=None)
     p.add_argument("--tokenizer-hash", default="", help="the parent's tokenizer fingerprint (part of the cache key)")
     p.add_argument("--thinking", default=None, choices=("true", "false"), help="fix the chat template's switch")
+    p.add_argument("--supervise", default="assistant", choices=SUPERVISE, help="which tokens the loss mask marks")
     p.add_argument("--progress", action="store_true")
     return p
 

@@ -6,7 +6,8 @@ produces the same files on any device.  One file per conversation, ``rows_{g}-{g
 
 * ``input_ids`` ``(T,)`` int64 -- the conversation rendered with the target's own chat template;
 * ``loss_mask`` ``(T,)`` int64 -- 1 on every assistant-turn token, end-of-turn marker included (what
-  SpecForge's ``GeneralParser`` supervises), 0 elsewhere;
+  SpecForge's ``GeneralParser`` supervises), 0 elsewhere; with ``supervise="all"`` 1 on every token (the
+  prompt's positions are supervised too: the target's distribution there is as real a label as on the answer);
 * ``hidden_state`` ``(1, T, H)`` -- the target's last hidden state after the final norm (the ``lm_head`` input);
 * ``aux_hidden_state`` ``(1, T, 3H)`` -- the outputs of the three fused layers ``aux_layer_ids`` (SpecForge
   layer-output indices, i.e. ``hidden_states[i + 1]`` of a transformers forward; default ``[1, L//2-1, L-4]``),
@@ -32,6 +33,7 @@ from hedgespec.io import atomic_dir
 from hedgespec.training.hashing import file_hash, json_hash
 
 FEATURE_FORMAT_VERSION = 1
+SUPERVISE = ("assistant", "all")  # which tokens the loss mask marks: the assistant turns (SpecForge's) or all
 ROWS_PER_DIR = 1000
 MANIFEST = "features.json"
 
@@ -66,14 +68,25 @@ def read_conversations(path: str | Path, limit: int | None = None) -> list[dict[
     return rows
 
 
+def check_supervise(supervise: object) -> str:
+    """``train.features.supervise`` must be one of :data:`SUPERVISE`."""
+    if supervise not in SUPERVISE:
+        raise ValueError(
+            f"train.features.supervise={supervise!r}: must be one of {list(SUPERVISE)} (assistant: the answers' "
+            "tokens, as SpecForge; all: every token of the conversation, prompt included)"
+        )
+    return str(supervise)
+
+
 def tokenize_conversation(
-    tokenizer: Any, messages: Sequence[dict[str, str]], max_length: int
+    tokenizer: Any, messages: Sequence[dict[str, str]], max_length: int, supervise: str = "assistant"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Render ``messages`` with the tokenizer's chat template; return ``(input_ids, loss_mask)``, both ``(T,)``.
 
     The loss mask marks the characters each assistant turn adds to the rendered text (content plus the
-    template's end-of-turn marker), mapped to tokens through the fast tokenizer's offsets.  Raises ValueError
-    when the template is not prefix-stable (a later turn rewrites earlier text), where no such span exists.
+    template's end-of-turn marker), mapped to tokens through the fast tokenizer's offsets; with
+    ``supervise="all"`` it marks every token.  Raises ValueError when the template is not prefix-stable (a
+    later turn rewrites earlier text), where no such span exists.
     """
     msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
     text = tokenizer.apply_chat_template(msgs, tokenize=False)
@@ -89,6 +102,8 @@ def tokenize_conversation(
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = enc["input_ids"][:max_length]
     offsets = enc["offset_mapping"][:max_length]
+    if check_supervise(supervise) == "all":
+        return torch.tensor(ids, dtype=torch.long), torch.ones(len(ids), dtype=torch.long)
     mask = [int(any(s <= a < e for s, e in spans)) for a, _b in offsets]
     return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.long)
 
@@ -113,9 +128,11 @@ def feature_key(
     max_samples: int | None,
     dtype: str,
     tokenizer_hash: str = "",
+    supervise: str = "assistant",
 ) -> str:
     """Cache key: target hash + data hash + layer ids + tokenisation/dtype settings + format version, and the
-    tokenizer's fingerprint (vocabulary and chat template, e.g. a pinned thinking switch) when given."""
+    tokenizer's fingerprint (vocabulary and chat template, e.g. a pinned thinking switch) when given, and the
+    loss mask's ``supervise`` when it is not the default."""
     fields: dict[str, Any] = {
         "v": FEATURE_FORMAT_VERSION,
         "target": target_hash,
@@ -127,6 +144,8 @@ def feature_key(
     }
     if tokenizer_hash:  # absent -> the key of runs that predate it
         fields["tokenizer"] = tokenizer_hash
+    if check_supervise(supervise) != "assistant":  # the default keeps the key of runs that predate it
+        fields["supervise"] = supervise
     return json_hash(fields)[:20]
 
 
@@ -144,14 +163,18 @@ def generate_features(
     dtype: str = "bfloat16",
     progress: bool = True,
     tokenizer_hash: str = "",
+    supervise: str = "assistant",
 ) -> FeatureSet:
     """Write (or reuse) the offline features for ``data_path`` under ``cache_root/<key>/`` (``tokenizer_hash``:
-    :func:`hedgespec.models.tokenizer_fingerprint` of ``tokenizer``, part of the key when given)."""
+    :func:`hedgespec.models.tokenizer_fingerprint` of ``tokenizer``, part of the key when given; ``supervise``:
+    which tokens the loss mask marks, :data:`SUPERVISE`)."""
     n_layers = int(model.config.num_hidden_layers)
     bad = [i for i in aux_layer_ids if not 0 <= i < n_layers]
     if len(aux_layer_ids) != 3 or bad:
         raise ValueError(f"aux_layer_ids={list(aux_layer_ids)}: need 3 layer ids in [0, {n_layers}) for this target")
-    key = feature_key(target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype, tokenizer_hash)
+    key = feature_key(
+        target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype, tokenizer_hash, supervise
+    )
     out = Path(cache_root) / key
     manifest_path = out / MANIFEST
     if manifest_path.is_file():
@@ -164,7 +187,7 @@ def generate_features(
     try:
         with atomic_dir(out, replace=False) as tmp:  # a concurrent run that finished first keeps its copy
             n_written, n_tokens, n_loss = _write_records(
-                model, tokenizer, rows, tmp, aux_layer_ids, max_length, getattr(torch, dtype), progress
+                model, tokenizer, rows, tmp, aux_layer_ids, max_length, getattr(torch, dtype), progress, supervise
             )
             if n_written == 0:
                 raise ValueError(
@@ -182,6 +205,7 @@ def generate_features(
                 "num_samples": n_written,
                 "num_tokens": n_tokens,
                 "num_loss_tokens": n_loss,
+                "supervise": supervise,
             }
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
     finally:
@@ -198,12 +222,13 @@ def _write_records(
     max_length: int,
     torch_dtype: torch.dtype,
     progress: bool,
+    supervise: str = "assistant",
 ) -> tuple[int, int, int]:
     """One ``rows_{g}-{g+N}/data_{i}.ckpt`` per supervised conversation; returns (written, tokens, loss tokens)."""
     backbone = model.get_decoder() if hasattr(model, "get_decoder") else model
     n_tokens = n_loss = n_written = 0
     for row in tqdm(rows, desc="target features", unit="conv", disable=not progress):
-        input_ids, loss_mask = tokenize_conversation(tokenizer, row["conversations"], max_length)
+        input_ids, loss_mask = tokenize_conversation(tokenizer, row["conversations"], max_length, supervise)
         if int(loss_mask.sum()) == 0:
             continue  # nothing supervised (e.g. the assistant turn was truncated away)
         # the decoder stack only: the lm_head (~20% of a small target's FLOPs) is not needed here

@@ -68,6 +68,7 @@ from hedgespec.training.cpu import check_cpu_config, cpu_runtime, save_target_he
 from hedgespec.training.export import EXPORT_MARKER, export_sglang
 from hedgespec.training.features import (
     FeatureSet,
+    check_supervise,
     default_aux_layer_ids,
     generate_features,
     read_conversations,
@@ -552,6 +553,7 @@ def setup(cfg: Any) -> TrainRun:
     if device == "cpu":
         check_cpu_config(block)
     check_features_backend(train.get("features"))  # before anything is loaded: backend name, offload, install
+    check_supervise((train.get("features") or {}).get("supervise", "assistant"))
     regen_window(cfg)  # a fit_window that is not a bool is named here, before the target loads
     if not train.get("plan_only"):
         check_answers_exist(cfg, domain)
@@ -685,6 +687,7 @@ def stage_data(run: TrainRun) -> None:
 LATE_KEY_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("thinking",): None,
     ("train", "draft", "vocab"): "own",
+    ("train", "features", "supervise"): "assistant",
 }
 
 
@@ -720,9 +723,10 @@ def check_budget_fits(cfg: Mapping[str, Any], domain: str, data_path: Path, toke
     lengths = window_settings(train)
     max_length = min(lengths.values())
     rows = read_conversations(data_path, feats.get("max_samples"))
+    supervise = feats.get("supervise", "assistant")
     firsts = []
     for row in rows:
-        _ids, mask = tokenize_conversation(tokenizer, row["conversations"], 1 << 30)
+        _ids, mask = tokenize_conversation(tokenizer, row["conversations"], 1 << 30, supervise)
         first = int(mask.nonzero()[0, 0]) if bool(mask.any()) else None
         if first is not None and first < max_length:
             return
@@ -776,6 +780,7 @@ def stage_features(run: TrainRun) -> None:
         "dtype": str(feats_cfg["dtype"]),
         "progress": run.progress,
         "tokenizer_hash": hedgespec.models.tokenizer_fingerprint(run.tokenizer),  # chat template (thinking) too
+        "supervise": check_supervise(feats_cfg.get("supervise", "assistant")),
     }
     root = _cache_root(run.cfg) / "features"
     with _timed(run, "features"):
