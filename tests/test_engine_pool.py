@@ -55,6 +55,22 @@ def test_batched_equals_serial(model):
         assert torch.allclose(pool.k[i], solo.k[0], atol=1e-5)
 
 
+def test_stacked_matrices_keep_each_heads_row_major_storage(model):
+    """The stacked [N, in, out] matrices are views of [N, out, in] storage (torch.bmm's transposed-B kernels, the
+    faster ones on CPU), holding each head's own rows, zero-padded; a pool in bfloat16 keeps the layout."""
+    from hedgespec.engine.eagle3 import MATRICES, stack_weights
+
+    heads = _heads(model)
+    for dtype in (torch.float32, torch.bfloat16):
+        w = stack_weights(heads, dtype=dtype)
+        for key in MATRICES:
+            assert w[key].transpose(1, 2).is_contiguous() and w[key].dtype == dtype, key
+            for i, h in enumerate(heads):
+                rows, cols = h.weights[key].shape
+                assert torch.equal(w[key][i, :cols, :rows], h.weights[key].t().to(dtype)), (key, i)
+        assert DrafterPool(heads, model, dtype=dtype).w["lm_head"].transpose(1, 2).is_contiguous()
+
+
 def test_gamma_matches_acceptance_module(model):
     heads = _heads(model)
     g = torch.Generator().manual_seed(0)

@@ -362,7 +362,7 @@ def stacked_forward(
 def stack_weights(
     drafters: Sequence[Eagle3Drafter], dtype: torch.dtype = torch.float32, device: Any = None
 ) -> dict[str, torch.Tensor]:
-    """Stack heads into [N, ...] tensors (matrices transposed to [N, in, out]).
+    """Stack heads into [N, ...] tensors (matrices as [N, in, out]: transposed views of [N, out, in] storage).
 
     Heads may differ in intermediate size and draft-vocab size: the MLP is zero-padded (an exact no-op:
     silu(0)·0 = 0) and the lm_head padded with zero rows whose logits the pool masks to −inf.
@@ -378,5 +378,9 @@ def stack_weights(
                 t = F.pad(t, (0, inter - t.shape[1]))
             elif key == "lm_head":
                 t = F.pad(t, (0, 0, 0, vd - t.shape[0]))
-            out[key].append(t.t() if key in MATRICES else t)
-    return {k: torch.stack(v).to(dtype=dtype, device=device).contiguous() for k, v in out.items()}
+            out[key].append(t)
+    stacked = {k: torch.stack(v).to(dtype=dtype, device=device).contiguous() for k, v in out.items()}
+    # matrices as [N, in, out] views of [N, out, in] storage (each head's own row-major layout): torch.bmm then
+    # runs the transposed-B kernels, which on CPU read a few rows' worth of weights faster (fp32 1.4x at 3 rows,
+    # bfloat16 1.3x at 1 row for the draft lm_head) and are no slower at one row
+    return {k: v.transpose(1, 2) if k in MATRICES else v for k, v in stacked.items()}
