@@ -8,7 +8,8 @@
 * ``selector`` (+ ``fixed=``, ``seed``) → a factory of fresh selectors (:func:`build_selector`): ``drafter:``
   and ``fixed=`` name a drafter by name or domain (``eagle`` = the generalist), a run's ``seed`` offsets
   ``selector.seed``, ``router`` is trained on the data recipes' prompts;
-* ``decoding`` / ``sampling`` (+ ``seed``) → :class:`hedgespec.decoding.DecodingConfig` / ``SamplingParams``.
+* ``decoding`` / ``sampling`` (+ ``seed``) → :class:`hedgespec.decoding.DecodingConfig` / ``SamplingParams``;
+* ``pool.compute_dtype`` → the dtype the engine's drafters compute in (:func:`pool_compute_dtype`).
 
 :class:`Built` then makes engines (:meth:`Built.engine`) and the oracle probe (:meth:`Built.oracle`: the best
 fixed drafter in hindsight of one request, the only selector input that is not the request itself).
@@ -65,6 +66,26 @@ _META_KEYS = ("name", "label", "drafter")
 
 
 # ------------------------------------------------------------------------------------------ pool
+#: ``pool.compute_dtype``: null (float32) | float32 | bfloat16 | auto (bfloat16 on CUDA or a CPU with native bfloat16)
+POOL_DTYPES = (None, "float32", "bfloat16", "auto")
+
+
+def pool_compute_dtype(pool_cfg: Mapping[str, Any], device: Any = "cpu") -> torch.dtype:
+    """The dtype the reference engine's drafters compute in (``pool.compute_dtype``; the target's is
+    ``target.compute_dtype``). A drafter's precision changes which tokens it proposes, never the output: every
+    token is the target's verdict. On a CPU the pool's evaluation reads every head's weights each round, so half
+    the bytes is most of half the time; ``auto`` picks bfloat16 only where it is native (on an AVX2-only CPU a
+    bfloat16 matmul is emulated and far slower)."""
+    from hedgespec.models.linear_kernels import native_bfloat16
+
+    want = pool_cfg.get("compute_dtype")
+    if want not in POOL_DTYPES:
+        raise ValueError(f"pool.compute_dtype={want!r}: expected null, float32, bfloat16 or auto")
+    if want == "auto":
+        want = "bfloat16" if torch.device(device).type == "cuda" or native_bfloat16() else "float32"
+    return torch.bfloat16 if want == "bfloat16" else torch.float32
+
+
 @dataclass
 class Pool:
     """The drafters of a pool config, their names and data domains (pool order)."""
@@ -152,7 +173,8 @@ def _pool_cache_dir(cfg: Mapping[str, Any], pool_cfg: Mapping[str, Any]) -> Path
     needs_fit = any(isinstance(d, Mapping) and d.get("kind") == "fit" for d in pool_cfg.get("drafters") or [])
     if not cache or not needs_fit:
         return None
-    blob = json.dumps({"pool": pool_cfg, "target": cfg.get("target") or {}}, sort_keys=True, default=str)
+    fitted = {k: v for k, v in pool_cfg.items() if k != "compute_dtype"}  # the engine's dtype fits nothing
+    blob = json.dumps({"pool": fitted, "target": cfg.get("target") or {}}, sort_keys=True, default=str)
     return Path(cache) / hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -346,6 +368,7 @@ class Built:
     selector_info: dict[str, Any]
     eos_token_id: int | None
     timing: dict[str, float] = field(default_factory=dict)
+    drafter_dtype: torch.dtype = torch.float32  # pool.compute_dtype, resolved
     _probe: Any = None
 
     @property
@@ -361,6 +384,7 @@ class Built:
             self.decoding,
             eos_token_id=self.eos_token_id,
             full_counterfactual=full_counterfactual,
+            dtype=self.drafter_dtype,
         )
 
     def oracle(
@@ -401,6 +425,7 @@ def build(
     """
     decoding, sampling = decoding_of(cfg), sampling_of(cfg)
     check_selector_config(cfg)
+    pool_compute_dtype(cfg["pool"])  # a bad value is named before the target loads
     timing: dict[str, float] = {}
     t = time.perf_counter()
     if model is None:
@@ -417,4 +442,5 @@ def build(
     timing["pool_s"] = time.perf_counter() - t
     factory, info = build_selector(cfg, pool.names, pool.domains)
     eos = getattr(tokenizer, "eos_token_id", None) if cfg.get("stop_at_eos", True) else None
-    return Built(model, tokenizer, pool, decoding, sampling, factory, info, eos, timing)
+    dtype = pool_compute_dtype(cfg["pool"], next(model.parameters()).device)
+    return Built(model, tokenizer, pool, decoding, sampling, factory, info, eos, timing, dtype)

@@ -57,3 +57,30 @@ def test_excluded_drafters_leave_the_pool_and_bad_names_are_named():
         _built("exclude_drafters=[nosuch]")
     with pytest.raises(ValueError, match="leaves none of the pool's drafters"):
         _built(f"exclude_drafters=[{','.join(full.pool.names)}]")
+
+
+def test_pool_compute_dtype(monkeypatch):
+    """null/float32 -> float32; bfloat16; auto follows the CPU's native bfloat16 (CUDA: bfloat16); bad values named."""
+    import hedgespec.models.linear_kernels as lk
+    from hedgespec.build import pool_compute_dtype
+
+    assert pool_compute_dtype({}) == pool_compute_dtype({"compute_dtype": "float32"}) == torch.float32
+    assert pool_compute_dtype({"compute_dtype": "bfloat16"}) == torch.bfloat16
+    for native, want in ((True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(lk, "native_bfloat16", lambda native=native: native)
+        assert pool_compute_dtype({"compute_dtype": "auto"}) == want
+    assert pool_compute_dtype({"compute_dtype": "auto"}, "cuda") == torch.bfloat16
+    with pytest.raises(ValueError, match=r"pool.compute_dtype='fp8': expected null, float32, bfloat16 or auto"):
+        _built("pool.compute_dtype=fp8")
+
+
+def test_bfloat16_drafters_propose_but_the_target_decides():
+    """A bfloat16 pool computes in bfloat16 and its greedy output is still transformers' greedy output."""
+    b = _built("selector=hedgespec", "pool.compute_dtype=bfloat16", "max_new_tokens=24")
+    eng = b.engine()
+    assert b.drafter_dtype == torch.bfloat16 and eng.pool.w["lm_head"].dtype == torch.bfloat16
+    ids = torch.tensor(b.tokenizer("def add(a, b):")["input_ids"], dtype=torch.long)
+    out, stats = eng.generate(ids, 24, b.sampling)
+    with torch.no_grad():
+        ref = b.model.generate(ids[None], max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)[0]
+    assert out.tolist() == ref.tolist() and stats.mat > 1.0
