@@ -381,6 +381,6 @@ def stack_weights(
             out[key].append(t)
     stacked = {k: torch.stack(v).to(dtype=dtype, device=device).contiguous() for k, v in out.items()}
     # matrices as [N, in, out] views of [N, out, in] storage (each head's own row-major layout): torch.bmm then
-    # runs the transposed-B kernels, which on CPU read a few rows' worth of weights faster (fp32 1.4x at 3 rows,
-    # bfloat16 1.3x at 1 row for the draft lm_head) and are no slower at one row
+    # runs its transposed-B kernels, faster on CPU for a few rows and for bfloat16 (docs/engine.md, "The pool's
+    # weights")
     return {k: v.transpose(1, 2) if k in MATRICES else v for k, v in stacked.items()}

@@ -248,9 +248,7 @@ def stack_pool_weights(
         return dense, dense
     out: dict[str, Any] = {k: v for k, v in dense.items() if k not in MATRICES}
     for short in MATRICES:
-        w = base.weights[
-            short
-        ].t()  # [in, out]: a view of the [out, in] rows, kept so on the device (see stack_weights)
+        w = base.weights[short].t()  # [in, out]
         r = max(int(d.factors[short][0].shape[1]) if isinstance(d, LowRankDrafter) else 0 for d in drafters)
         a = torch.zeros(len(drafters), w.shape[0], r)
         b = torch.zeros(len(drafters), r, w.shape[1])
@@ -259,7 +257,7 @@ def stack_pool_weights(
                 fa, fb = d.factors[short]
                 a[i, :, : fa.shape[1]], b[i, : fb.shape[0]] = fa, fb  # zero-padded to the widest rank: exact
         out[short] = LowRankStack(
-            base.weights[short].to(dtype=dtype, device=device).contiguous().t(),
+            base.weights[short].to(dtype=dtype, device=device).contiguous().t(),  # a view of the rows, as stack_weights
             a.to(dtype=dtype, device=device),
             b.to(dtype=dtype, device=device),
         )
