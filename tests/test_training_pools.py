@@ -144,3 +144,27 @@ def test_pools_module_is_torch_free() -> None:
     code = "import sys, hedgespec.pools; assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_bench_result_carries_the_pools_provenance(tmp_path: Path) -> None:
+    """Each drafter's identity from the manifest, so a committed result names what it measured without the
+    (uncommitted) manifest; an inline pool has none."""
+    from hedgespec.bench.runners import pool_provenance
+
+    path = pool_path(tmp_path, "tiny")
+    register_drafter(path, "tiny", TARGET, entry("sql"))
+    register_drafter(path, "tiny", TARGET, entry("math"))
+    prov = pool_provenance({"pool": {"manifest": str(path)}})
+    assert prov["target_hash"] == "sha256:aaa" and sorted(d["name"] for d in prov["drafters"]) == ["math", "sql"]
+    assert next(d for d in prov["drafters"] if d["name"] == "sql") == {
+        "name": "sql",
+        "domain": "sql",
+        "weights_hash": None,
+        "data_manifest_hash": "d" * 8,
+        "vocab_mapping_hash": "v" * 8,
+        "draft_vocab_size": 256,
+        "budget": "tiny",
+        "final_step": None,
+        "features": None,
+    }
+    assert pool_provenance({"pool": {"drafters": [{"name": "a"}]}}) is None

@@ -58,6 +58,7 @@ __all__ = [
     "PlainRunner",
     "ServerRunner",
     "encode_prompt",
+    "pool_provenance",
     "portable_paths",
     "run_bench",
 ]
@@ -72,6 +73,25 @@ def server_pool_names(cfg: Mapping[str, Any]) -> tuple[list[str], dict[str, str]
         m = load_manifest(man)
         return m.names, {d.name: d.domain for d in m.drafters}
     return [str(d.get("name")) for d in cfg["pool"].get("drafters") or []] or ["pool"], {}
+
+
+def pool_provenance(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What identifies a trained pool's drafters, from its manifest (the manifest and the weights stay outside
+    the repository, so a committed result carries this instead): the target's hash and, per drafter, its weights
+    hash, data and vocabulary-mapping hashes, training budget, final step and feature key. None for inline pools."""
+    man = (cfg.get("pool") or {}).get("manifest")
+    if not man or not Path(man).is_file():
+        return None
+    m = load_manifest(man, check_files=False)
+    drafters = []
+    for d in m.drafters:
+        tr = d.training or {}
+        rec = {"name": d.name, "domain": d.domain, "weights_hash": d.weights_hash or None}
+        rec.update(data_manifest_hash=d.data_manifest_hash, vocab_mapping_hash=d.vocab_mapping_hash)
+        rec.update(draft_vocab_size=d.draft_vocab_size, budget=tr.get("budget"), final_step=tr.get("final_step"))
+        rec.update(features=tr.get("features"), **({"lowrank": dict(d.lowrank)} if d.lowrank else {}))
+        drafters.append(rec)
+    return {"target_hash": m.target.hash, "drafters": drafters}
 
 
 def selector_label(cfg: Mapping[str, Any], names: Sequence[str] | None = None) -> str:
@@ -480,7 +500,12 @@ def _result(
         "workload": workload + (f":{cfg['workload'].get('domain')}" if workload == "domain" else ""),
         "backend": backend,
         "seed": int(cfg.get("seed", 0)),
-        "pool": {"name": str(cfg["pool"].get("name")), "drafters": list(pool.names), "domains": list(pool.domains)},
+        "pool": {
+            "name": str(cfg["pool"].get("name")),
+            "drafters": list(pool.names),
+            "domains": list(pool.domains),
+            "provenance": pool_provenance(cfg),
+        },
         "target": str((cfg.get("target") or {}).get("name")),
         "decoding": _decoding_record(cfg),
         "aggregate": agg,
