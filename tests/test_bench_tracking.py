@@ -37,10 +37,14 @@ def test_requests_are_logged_live_and_a_crash_keeps_them(tmp_path, monkeypatch):
 
 
 def test_results_and_pool_manifest_are_artifacts(tmp_path):
-    manifest = tmp_path / "pool.yaml"
-    manifest.write_text("name: tiny\n")
+    from hedgespec.pools import DrafterEntry, TargetInfo, register_drafter
+
+    manifest = tmp_path / "pool.yaml"  # a manifest of one entry (the run's drafters are injected)
+    entry = DrafterEntry("sql", "sql", "p/sql", "sha256:t", "v", 64, (0, 1, 2), "d", {"budget": "tiny"})
+    register_drafter(manifest, "tiny", TargetInfo("tiny", "sha256:t", 64, 512, 4), entry)
     cfg = compose_bench(BASE + ["selector=hedgespec", "logger=jsonl", f"+pool.manifest={manifest}"])
     res = bench_main(cfg, tmp_path / "run", **inject())
+    assert res["pool"]["provenance"]["drafters"][0]["budget"] == "tiny"  # the manifest's, in the result
     lines = _lines(tmp_path / "run" / "metrics.jsonl")
     arts = {x["type"]: x for x in lines if "artifact" in x}
     assert set(arts) == {"bench-results", "pool-manifest"}
