@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
+import yaml
 from _bench_helpers import compose_bench, inject
 
 import hedgespec.bench.runners as runners
@@ -40,7 +43,9 @@ def test_results_and_pool_manifest_are_artifacts(tmp_path):
     from hedgespec.pools import DrafterEntry, TargetInfo, register_drafter
 
     manifest = tmp_path / "pool.yaml"  # a manifest of one entry (the run's drafters are injected)
-    entry = DrafterEntry("sql", "sql", "p/sql", "sha256:t", "v", 64, (0, 1, 2), "d", {"budget": "tiny"})
+    features, head = str(tmp_path / "features" / "ab12"), str(Path.home() / ".cache" / "hs" / "head")
+    training = {"budget": "tiny", "specforge": {"hidden_states_path": features, "target_model_path": head}}
+    entry = DrafterEntry("sql", "sql", "p/sql", "sha256:t", "v", 64, (0, 1, 2), "d", training)
     register_drafter(manifest, "tiny", TargetInfo("tiny", "sha256:t", 64, 512, 4), entry)
     cfg = compose_bench(BASE + ["selector=hedgespec", "logger=jsonl", f"+pool.manifest={manifest}"])
     res = bench_main(cfg, tmp_path / "run", **inject())
@@ -50,8 +55,16 @@ def test_results_and_pool_manifest_are_artifacts(tmp_path):
     assert set(arts) == {"bench-results", "pool-manifest"}
     logged = {p.rsplit("/", 1)[-1] for p in arts["bench-results"]["paths"]}
     assert logged == {"results.json", "results.md", *FIGURES}
-    assert arts["pool-manifest"]["paths"] == [str(manifest)]
+    # the artifact is a copy of the manifest with the machine's path prefixes made portable; the local one is kept
+    assert arts["pool-manifest"]["paths"] == [str(tmp_path / "run" / "pool" / "pool.yaml")]
     assert arts["pool-manifest"]["artifact"] == f"pool-{res['pool']['name']}"
+    local, copy = (yaml.safe_load(Path(p).read_text()) for p in (manifest, *arts["pool-manifest"]["paths"]))
+    assert local["drafters"][0]["training"]["specforge"] == {"hidden_states_path": features, "target_model_path": head}
+    assert copy["drafters"][0]["training"]["specforge"] == {
+        "hidden_states_path": "$TMPDIR/" + str(Path(features).relative_to(tempfile.gettempdir())),
+        "target_model_path": "~/.cache/hs/head",
+    }
+    assert {k: v for k, v in copy.items() if k != "drafters"} == {k: v for k, v in local.items() if k != "drafters"}
     # per-request steps come before the aggregate step, each once
     steps = [x["step"] for x in lines if "step" in x and any(k.startswith("request/") for k in x)]
     assert steps == list(range(len(res["requests"])))

@@ -64,11 +64,20 @@ def _sweep_group() -> str | None:
 
 
 def log_artifacts(logger: Any, cfg: Mapping[str, Any], res: Mapping[str, Any], files: Mapping[str, str]) -> None:
-    """Results (JSON, table, plots) as one artifact; the pool manifest as another when the pool has one."""
-    logger.log_artifact(f"results-{Path(files['results.json']).parent.name}", "bench-results", list(files.values()))
+    """Results (JSON, table, plots) as one artifact; the pool manifest as another when the pool has one.
+
+    The manifest travels as a copy in the run directory (``pool/<its name>``) with machine-local path prefixes
+    made portable (:func:`~hedgespec.io.portable_paths`): its ``training`` records name the cache files SpecForge
+    read, which are home- or scratch-relative on the machine that trained; the local manifest is left as it is.
+    """
+    run_dir = Path(files["results.json"]).parent
+    logger.log_artifact(f"results-{run_dir.name}", "bench-results", list(files.values()))
     manifest = (cfg.get("pool") or {}).get("manifest")
     if manifest and Path(manifest).is_file():
-        logger.log_artifact(f"pool-{res['pool']['name']}", "pool-manifest", [manifest])
+        copy = run_dir / "pool" / Path(manifest).name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(portable_paths(Path(manifest).read_text()))
+        logger.log_artifact(f"pool-{res['pool']['name']}", "pool-manifest", [str(copy)])
 
 
 def bench_main(
