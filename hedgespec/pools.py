@@ -48,6 +48,7 @@ import yaml
 
 from hedgespec.decoding import DecodingConfig
 from hedgespec.io import write_text_atomic
+from hedgespec.ranks import check_rank
 
 MANIFEST_VERSION = 1
 
@@ -101,7 +102,7 @@ class DrafterEntry:
     metrics: dict[str, Any] = field(default_factory=dict)
     weights_hash: str = ""  # "sha256:<hex>" of model.safetensors; "" = not recorded (older manifests)
     external: bool = False  # true: ``path`` may point outside the manifest's directory
-    #: {"base": <drafter of this pool>, "rank": r | "full"}: a low-rank expert (hedgespec.engine.lowrank)
+    #: {"base": <drafter of this pool>, "rank": r | "full" | {matrix: r}}: a low-rank expert (hedgespec.engine.lowrank)
     lowrank: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -206,7 +207,8 @@ def _parse(raw: Any, path: Path) -> PoolManifest:
 
 
 def _check_lowrank(entry: DrafterEntry, drafters: tuple[DrafterEntry, ...], where: str) -> None:
-    """A low-rank expert's ``base`` is another, dense drafter of the same pool; its rank is r >= 1 or "full"."""
+    """A low-rank expert's ``base`` is another, dense drafter of the same pool; its rank is r >= 1, "full", or one
+    per matrix (:func:`hedgespec.ranks.check_rank`)."""
     if not entry.lowrank:
         return
     base, rank = entry.lowrank["base"], entry.lowrank["rank"]
@@ -216,8 +218,7 @@ def _check_lowrank(entry: DrafterEntry, drafters: tuple[DrafterEntry, ...], wher
             f"{where}drafter {entry.name!r}: lowrank.base={base!r} must name another, dense drafter of the pool "
             f"(one of {dense})"
         )
-    if rank != "full" and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
-        raise ValueError(f"{where}drafter {entry.name!r}: lowrank.rank={rank!r} must be a positive integer or 'full'")
+    check_rank(rank, f"{where}drafter {entry.name!r}: lowrank.rank")
 
 
 def check_contained(entry: DrafterEntry, root: Path, where: str = "") -> None:

@@ -12,20 +12,25 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from hedgespec.engine.eagle3 import Eagle3Drafter
-from hedgespec.engine.lowrank import LowRankDrafter, check_rank
+from hedgespec.engine.lowrank import LowRankDrafter, allocate_ranks, pool_reads
 from hedgespec.io import atomic_dir
 from hedgespec.pools import PoolManifest, load_pool, pool_path, save_pool, weights_hash
+from hedgespec.ranks import check_rank, rank_label
 
 
 @dataclass(frozen=True)
 class LowRankPool:
-    """The written manifest and, per expert, the share of its delta the rank keeps
-    (:func:`hedgespec.engine.lowrank.delta_kept`)."""
+    """The written manifest, per expert the share of its delta the rank keeps
+    (:func:`hedgespec.engine.lowrank.delta_kept`), the rank(s) written and what one evaluation of the pool reads
+    as a multiple of one head's weights (:func:`hedgespec.engine.lowrank.pool_reads`)."""
 
     manifest: PoolManifest
     delta_kept: dict[str, float]
+    rank: Any = None
+    reads: float = 0.0
 
 
 def write_low_rank_pool(
@@ -35,13 +40,20 @@ def write_low_rank_pool(
     rank: int | str | None,
     overwrite: bool = False,
     drafters: list[str] | None = None,
+    reads: float | None = None,
+    allocation: str = "frobenius",
 ) -> LowRankPool:
     """``<source dir>/<out_pool>.yaml`` and ``<source dir>/<out_pool>/<drafter>/`` from the pool at ``source``.
 
-    ``drafters``: the source drafters to keep, in pool order (None: all; the base is always kept).
+    ``rank``: one rank for every matrix, ``full``, or a rank per matrix; or ``reads`` instead: the per-matrix
+    ranks :func:`~hedgespec.engine.lowrank.allocate_ranks` chooses (by ``allocation``) so that one evaluation of
+    the written pool reads at most ``reads`` × one head's weights. ``drafters``: the source drafters to keep, in
+    pool order (None: all; the base is always kept).
     """
     source = Path(source)
-    r = check_rank(rank, "rank")
+    if reads is not None and rank is not None:
+        raise ValueError(f"rank={rank!r} and reads={reads!r}: give one (reads chooses a rank per matrix)")
+    r = None if reads is not None else check_rank(rank, "rank")
     man = load_pool(source)
     out = pool_path(source.parent, out_pool)
     if out.resolve() == source.resolve():
@@ -60,10 +72,11 @@ def write_low_rank_pool(
     if already:
         raise ValueError(f"pool {man.pool!r} is already low-rank (drafters {already}); start from the dense pool")
     base_drafter = Eagle3Drafter.load(man.drafter_path(base), name=base)
+    dense = {d.name: Eagle3Drafter.load(man.drafter_path(d), name=d.name) for d in man.drafters if d.name != base}
+    if reads is not None:
+        r = allocate_ranks(base_drafter, list(dense.values()), reads, allocation)
     experts = {
-        d.name: LowRankDrafter.from_expert(base_drafter, Eagle3Drafter.load(man.drafter_path(d), name=d.name), r)
-        for d in man.drafters
-        if d.name != base
+        name: LowRankDrafter.from_expert(base_drafter, e, r) for name, e in dense.items()
     }  # every expert factorised (and refused by name) before anything is written
     entries = []
     for d in man.drafters:
@@ -75,7 +88,7 @@ def write_low_rank_pool(
             low = {}
         else:
             experts[d.name].save(dest)
-            low = {"base": base, "rank": "full" if r is None else r}
+            low = {"base": base, "rank": rank_label(r)}
         entries.append(
             replace(
                 d,
@@ -87,4 +100,5 @@ def write_low_rank_pool(
         )
     manifest = PoolManifest(out_pool, man.target, dict(man.decoding), tuple(entries), out.parent)
     save_pool(manifest, out)
-    return LowRankPool(manifest, {n: float(e.delta_kept or 0.0) for n, e in experts.items()})
+    kept = {n: float(e.delta_kept or 0.0) for n, e in experts.items()}
+    return LowRankPool(manifest, kept, rank_label(r), pool_reads(base_drafter, len(entries), r))

@@ -17,7 +17,15 @@ from safetensors.torch import load_file, save_file
 from hedgespec.build import build_pool
 from hedgespec.engine import DrafterPool, SpeculativeEngine, TargetModel
 from hedgespec.engine.eagle3 import MATRICES, Eagle3Drafter
-from hedgespec.engine.lowrank import FACTORS_FILE, LowRankDrafter, LowRankStack, factorize, weights_read
+from hedgespec.engine.lowrank import (
+    FACTORS_FILE,
+    LowRankDrafter,
+    LowRankStack,
+    allocate_ranks,
+    factorize,
+    pool_reads,
+    weights_read,
+)
 from hedgespec.fixtures import agreeing_drafter, greedy_reference, random_drafter
 from hedgespec.models import load_target
 from hedgespec.pools import CorruptCheckpointError, TargetInfo, load_pool
@@ -207,7 +215,10 @@ def test_manifest_lowrank_field_is_checked(tiny, tmp_path):
     for low, match in [
         ({"base": "sql", "rank": 2}, r"lowrank.base='sql' must name another, dense drafter"),
         ({"base": "nope", "rank": 2}, r"lowrank.base='nope'"),
-        ({"base": "general", "rank": 0}, r"lowrank.rank=0 must be a positive integer or 'full'"),
+        ({"base": "general", "rank": 0}, r"lowrank.rank=0: expected a positive integer, 'full', or a rank per"),
+        ({"base": "general", "rank": {"q": 2}}, r"lowrank.rank=.*names each of .*missing \['fc', 'k'"),
+        ({"base": "general", "rank": {**dict.fromkeys(MATRICES, 1), "qq": 1}}, r"lowrank.rank=.*unknown \['qq'\]"),
+        ({"base": "general", "rank": {**dict.fromkeys(MATRICES, 1), "v": -1}}, r"lowrank.rank.v=-1: expected an int"),
         ({"base": "general"}, r"field lowrank must be \{base: <drafter>, rank: <r>\}"),
     ]:
         raw["drafters"][1]["lowrank"] = low
@@ -215,3 +226,129 @@ def test_manifest_lowrank_field_is_checked(tiny, tmp_path):
         bad.write_text(yaml.safe_dump(raw))
         with pytest.raises(ValueError, match=match):
             load_pool(bad, check_files=False)
+
+
+def _kept_energy(base, experts, ranks):
+    """Squared Frobenius norm of the experts' deltas that rank-per-matrix truncations keep (numpy's SVD)."""
+    total = 0.0
+    for e in experts:
+        for k in MATRICES:
+            s = np.linalg.svd((e.weights[k] - base.weights[k]).double().numpy(), compute_uv=False)
+            total += float((s[: ranks[k]] ** 2).sum())
+    return total
+
+
+def test_per_matrix_ranks_truncate_each_matrix_and_match_the_dense_forward(tiny):
+    model, _, base = tiny
+    expert = _expert(base, 4, "sql")
+    ranks = {**dict.fromkeys(MATRICES, 3), "fc": 0, "lm_head": 7, "q": "full"}
+    low = LowRankDrafter.from_expert(base, expert, ranks)
+    for key in MATRICES:
+        s = np.linalg.svd((expert.weights[key] - base.weights[key]).double().numpy(), compute_uv=False)
+        r = len(s) if ranks[key] == "full" else ranks[key]
+        got = float(torch.linalg.norm((expert.weights[key] - low.weights[key]).double()))
+        assert got == pytest.approx(float(np.sqrt((s[r:] ** 2).sum())), rel=1e-3, abs=1e-6), key
+        assert low.factors[key][0].shape[1] == r
+    assert torch.equal(low.weights["fc"], base.weights["fc"])  # rank 0: the base's matrix
+    pool = DrafterPool([base, low], model)
+    dense = DrafterPool([base, _dense(low)], model)
+    rows = _rows(model, dense)
+    assert torch.allclose(pool.evaluate(*rows), dense.evaluate(*rows), atol=1e-4)
+
+
+def test_allocated_ranks_fit_the_budget_and_keep_more_than_a_uniform_rank(tiny):
+    model, _, base = tiny
+    # experts whose deltas differ in spectrum per matrix: low-rank changes on some matrices, noise on others
+    experts = []
+    for seed, name in [(1, "sql"), (2, "math"), (3, "bio")]:
+        e = _expert(base, seed, name, scale=0.02)
+        g = torch.Generator().manual_seed(100 + seed)
+        for k in ("lm_head", "gate"):
+            w = e.weights[k]
+            u, v = torch.randn(w.shape[0], 2, generator=g), torch.randn(2, w.shape[1], generator=g)
+            e.weights[k] = w + 0.5 * w.abs().mean() * (u @ v)
+        experts.append(e)
+    single = weights_read(DrafterPool([base], model).w)
+    for uniform in (1, 4):
+        reads = pool_reads(base, 4, uniform)
+        pool = DrafterPool([base, *[LowRankDrafter.from_expert(base, e, uniform) for e in experts]], model)
+        assert reads == pytest.approx(weights_read(pool.w) / single)  # the count the stacked pool reads
+        for allocation in ("frobenius", "relative"):
+            ranks = allocate_ranks(base, experts, reads, allocation)
+            low = [LowRankDrafter.from_expert(base, e, ranks) for e in experts]
+            got = weights_read(DrafterPool([base, *low], model).w) / single
+            assert got <= reads + 1e-9
+            assert got == pytest.approx(pool_reads(base, 4, ranks))
+            # no matrix could take one more rank within the budget
+            for k in MATRICES:
+                if ranks[k] < min(base.weights[k].shape):
+                    assert pool_reads(base, 4, {**ranks, k: ranks[k] + 1}) > reads, (allocation, k)
+        best = allocate_ranks(base, experts, reads, "frobenius")
+        assert _kept_energy(base, experts, best) >= _kept_energy(base, experts, dict.fromkeys(MATRICES, uniform))
+        assert best["lm_head"] >= 2 and best["gate"] >= 2  # the planted rank-2 changes are kept first
+
+
+def test_reads_budget_errors_are_named(tiny, tmp_path):
+    model, tok, base = tiny
+    expert = _expert(base, 1, "sql")
+    floor = pool_reads(base, 2, dict.fromkeys(MATRICES, 0))
+    for bad, match in [(0.5, r"reads=0.5: expected a number >= 1"), ("x", r"reads='x'"), (True, r"reads=True")]:
+        with pytest.raises(ValueError, match=match):
+            allocate_ranks(base, [expert], bad)
+    if floor > 1.0:
+        with pytest.raises(ValueError, match=r"reads=1.0: a pool of 2 drafters reads .* at rank 0"):
+            allocate_ranks(base, [expert], 1.0)
+    with pytest.raises(ValueError, match=r"allocation='energy': expected one of \['frobenius', 'relative'\]"):
+        allocate_ranks(base, [expert], 2.0, "energy")
+    manifest, _ = _dense_pool(tmp_path, model, tok, base, [expert])
+    with pytest.raises(ValueError, match=r"rank=4 and reads=1.5: give one"):
+        write_low_rank_pool(manifest, "ft-x", "general", 4, reads=1.5)
+    assert not (tmp_path / "pools" / "ft-x.yaml").exists()
+
+
+def test_a_pool_written_for_a_reads_budget_records_its_ranks_and_loads(tiny, tmp_path):
+    model, tok, base = tiny
+    experts = [_expert(base, s, n) for s, n in [(1, "sql"), (2, "math")]]
+    manifest, info = _dense_pool(tmp_path, model, tok, base, experts)
+    written = write_low_rank_pool(manifest, "ft-b", "general", None, reads=1.5)
+    assert isinstance(written.rank, dict) and set(written.rank) == set(MATRICES)
+    assert 1.0 < written.reads <= 1.5
+    loaded = load_pool(tmp_path / "pools" / "ft-b.yaml", info)
+    assert [d.lowrank.get("rank") for d in loaded.drafters] == [None, written.rank, written.rank]
+    cfg = {"pool": {"name": "ft-b", "manifest": str(tmp_path / "pools" / "ft-b.yaml")}, "target": {"name": "tiny"}}
+    pool = build_pool(cfg, model, tok)
+    assert [d.rank for d in pool.drafters[1:]] == [written.rank, written.rank]
+    single = weights_read(DrafterPool([base], model).w)
+    assert weights_read(DrafterPool(pool.drafters, model).w) / single == pytest.approx(written.reads)
+    want = LowRankDrafter.from_expert(base, experts[1], written.rank)
+    for key in MATRICES:
+        assert torch.allclose(pool.drafters[2].weights[key], want.weights[key], atol=1e-6)
+
+
+def test_script_takes_a_reads_budget_or_a_rank_per_matrix(tiny, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model, tok, base = tiny
+    manifest, _ = _dense_pool(tmp_path, model, tok, base, [_expert(base, 1, "sql")])
+    script = Path(__file__).resolve().parents[1] / "scripts" / "lowrank_pool.py"
+
+    def run(*args):
+        cmd = [sys.executable, str(script), f"manifest={manifest}", "hydra.run.dir=" + str(tmp_path / "h"), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    ok = run("reads=1.4", "out=ft-b")
+    assert ok.returncode == 0, ok.stderr
+    assert "one evaluation of the pool reads" in ok.stdout
+    assert isinstance(
+        yaml.safe_load((tmp_path / "pools" / "ft-b.yaml").read_text())["drafters"][1]["lowrank"]["rank"], dict
+    )
+    per = "{fc:0,q:2,k:2,v:2,o:2,gate:2,up:2,down:2,lm_head:full}"  # a per-matrix rank and a budget: refused
+    both = run(f"rank={per}", "reads=1.4", "out=ft-x")
+    assert both.returncode == 2
+    assert (
+        "rank={'fc': 0, 'q': 2, 'k': 2, 'v': 2, 'o': 2, 'gate': 2, 'up': 2, 'down': 2, 'lm_head': 'full'} and "
+        "reads=1.4: give one" in both.stderr
+    )
+    assert not (tmp_path / "pools" / "ft-x.yaml").exists()

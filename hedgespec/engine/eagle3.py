@@ -40,6 +40,7 @@ from transformers import LlamaConfig
 
 from hedgespec.io import atomic_dir
 from hedgespec.pools import check_safetensors
+from hedgespec.ranks import MATRICES
 
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"
 
@@ -59,7 +60,6 @@ WEIGHT_KEYS: dict[str, str] = {
     "norm.weight": "norm",
     "lm_head.weight": "lm_head",
 }
-MATRICES = ("fc", "q", "k", "v", "o", "gate", "up", "down", "lm_head")
 
 
 def default_aux_layer_ids(num_layers: int) -> tuple[int, int, int]:

@@ -8,7 +8,9 @@ truncated SVD of a delta is its best rank-r approximation in the Frobenius and s
     W_i^T = W_base^T + A_i B_i,        A_i = U_r S_r  [in, r],   B_i = V_r^T  [r, out]
 
 (matrices in the pool's transposed [in, out] layout). Norm vectors stay per expert (H-sized). ``rank=None``
-keeps every singular value: exact up to floating-point rounding.
+keeps every singular value: exact up to floating-point rounding. ``rank`` may also give each matrix its own
+rank (``{"fc": 16, "lm_head": 4, ...}``; 0 keeps the base's matrix), and :func:`allocate_ranks` chooses such
+per-matrix ranks for a budget on what one evaluation of the whole pool reads.
 
 In the pool's batched forward (:func:`hedgespec.engine.eagle3.stacked_forward`) a :class:`LowRankStack` is
 multiplied as ``x @ W_base^T + (x @ A_i) @ B_i``: the base matrix is read once for all N heads (one GEMM over
@@ -36,6 +38,7 @@ from safetensors.torch import load_file, save_file
 from hedgespec.engine.eagle3 import MATRICES, WEIGHT_KEYS, Eagle3Drafter, stack_weights
 from hedgespec.io import atomic_dir
 from hedgespec.pools import CorruptCheckpointError, check_safetensors
+from hedgespec.ranks import check_rank, rank_label, rank_of
 
 FACTORS_FILE = "lowrank.safetensors"
 _SHAPE_FIELDS = (
@@ -48,15 +51,6 @@ _SHAPE_FIELDS = (
     "vocab_size",
 )
 _KEY_OF = {short: key for key, short in WEIGHT_KEYS.items()}
-
-
-def check_rank(rank: Any, where: str = "rank") -> int | None:
-    """``rank``: a positive int, or None / ``"full"`` (every singular value)."""
-    if rank is None or rank == "full":
-        return None
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"{where}={rank!r}: expected a positive integer or 'full'")
-    return int(rank)
 
 
 def check_compatible(base: Eagle3Drafter, expert: Eagle3Drafter) -> None:
@@ -82,25 +76,25 @@ def check_compatible(base: Eagle3Drafter, expert: Eagle3Drafter) -> None:
         )
 
 
-def factorize(
-    base: Eagle3Drafter, expert: Eagle3Drafter, rank: int | None
-) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Rank-``rank`` factors (A [in, r], B [r, out]) of every matrix delta ``expert - base`` (transposed layout).
+def factorize(base: Eagle3Drafter, expert: Eagle3Drafter, rank: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Rank-``rank`` factors (A [in, r], B [r, out]) of every matrix delta ``expert - base`` (transposed layout);
+    ``rank`` as :func:`check_rank` takes it (one rank for every matrix, or one per matrix).
 
-    Raises ``ValueError`` naming the drafter and weight when ``rank`` exceeds a matrix's rank ``min(in, out)``.
+    Raises ``ValueError`` naming the drafter and weight when a rank exceeds the matrix's rank ``min(in, out)``.
     """
     check_compatible(base, expert)
-    rank = check_rank(rank)
+    ranks = check_rank(rank)
     out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for short in MATRICES:
         delta = (expert.weights[short].double() - base.weights[short].double()).t()  # [in, out]
         full = min(delta.shape)
-        if rank is not None and rank > full:
+        want = rank_of(ranks, short)
+        if want is not None and want > full:
             raise ValueError(
-                f"drafter {expert.name!r}: rank={rank} exceeds the rank of weight {short} "
+                f"drafter {expert.name!r}: rank={want} exceeds the rank of weight {short} "
                 f"({delta.shape[0]}x{delta.shape[1]}, at most {full}); use rank <= {full} or rank=full"
             )
-        r = full if rank is None else rank
+        r = full if want is None else want
         u, s, vh = torch.linalg.svd(delta, full_matrices=False)
         out[short] = ((u[:, :r] * s[:r]).float().contiguous(), vh[:r].float().contiguous())
     return out
@@ -114,7 +108,7 @@ class LowRankDrafter(Eagle3Drafter):
         base: Eagle3Drafter,
         factors: dict[str, tuple[torch.Tensor, torch.Tensor]],
         norms: dict[str, torch.Tensor],
-        rank: int | None,
+        rank: int | None | dict[str, int | None],
         name: str,
     ) -> None:
         missing = [k for k in MATRICES if k not in factors]
@@ -136,8 +130,8 @@ class LowRankDrafter(Eagle3Drafter):
         self.factors = {k: (a.float(), b.float()) for k, (a, b) in factors.items()}
 
     @classmethod
-    def from_expert(cls, base: Eagle3Drafter, expert: Eagle3Drafter, rank: int | None) -> LowRankDrafter:
-        """Truncate ``expert``'s deltas from ``base`` to ``rank`` (None: every singular value)."""
+    def from_expert(cls, base: Eagle3Drafter, expert: Eagle3Drafter, rank: Any) -> LowRankDrafter:
+        """Truncate ``expert``'s deltas from ``base`` to ``rank`` (None: every singular value; or one per matrix)."""
         norms = {k: v for k, v in expert.weights.items() if k not in MATRICES}
         low = cls(base, factorize(base, expert, rank), norms, check_rank(rank), expert.name)
         low.delta_kept = delta_kept(base, expert, low)
@@ -168,7 +162,7 @@ class LowRankDrafter(Eagle3Drafter):
             raise ValueError(
                 f"drafter {name!r}: its factors are deltas of base {meta.get('base')!r}, not of {base.name!r}"
             )
-        rank = check_rank(meta.get("rank") if meta.get("rank") == "full" else int(meta.get("rank", 0)), "rank")
+        rank = check_rank(_rank_from_meta(meta.get("rank"), name), f"drafter {name!r}: rank")
         norms = {k: v for k, v in dense.weights.items() if k not in MATRICES}
         out = cls(base, factors, norms, rank, name)
         for short in MATRICES:
@@ -187,12 +181,28 @@ class LowRankDrafter(Eagle3Drafter):
         factors = {}
         for short, (a, b) in self.factors.items():
             factors[f"{_KEY_OF[short]}.a"], factors[f"{_KEY_OF[short]}.b"] = a.contiguous(), b.contiguous()
-        meta = {"base": self.base.name, "rank": "full" if self.rank is None else str(self.rank)}
+        label = rank_label(self.rank)
+        rank = json.dumps(label, sort_keys=True) if isinstance(label, dict) else str(label)
+        meta = {"base": self.base.name, "rank": rank}
         with atomic_dir(path) as tmp:
             save_file(state, os.path.join(tmp, "model.safetensors"))
             save_file(factors, os.path.join(tmp, FACTORS_FILE), metadata=meta)
             with open(os.path.join(tmp, "config.json"), "w") as fh:
                 json.dump(self.config.raw, fh, indent=2, sort_keys=True)
+
+
+def _rank_from_meta(value: str | None, name: str) -> Any:
+    """The rank a factors file's metadata records: "full", an int, or a JSON object of per-matrix ranks."""
+    if value == "full":
+        return value
+    if value is None:
+        raise ValueError(
+            f"drafter {name!r}: {FACTORS_FILE} records no rank; rewrite the pool with scripts/lowrank_pool.py"
+        )
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"drafter {name!r}: {FACTORS_FILE} records rank {value!r}, which is not a rank") from err
 
 
 def delta_kept(base: Eagle3Drafter, expert: Eagle3Drafter, low: Eagle3Drafter) -> float:
@@ -201,6 +211,76 @@ def delta_kept(base: Eagle3Drafter, expert: Eagle3Drafter, low: Eagle3Drafter) -
     lost = sum(float(((expert.weights[k] - low.weights[k]).double() ** 2).sum()) for k in MATRICES)
     total = sum(float(((expert.weights[k] - base.weights[k]).double() ** 2).sum()) for k in MATRICES)
     return 1.0 if total == 0.0 else 1.0 - (lost / total) ** 0.5
+
+
+ALLOCATIONS = ("frobenius", "relative")
+
+
+def pool_reads(base: Eagle3Drafter, n_drafters: int, rank: Any) -> float:
+    """What one evaluation of a pool of ``n_drafters`` (the base and its experts at ``rank``) reads, as a multiple
+    of one head's weights: every matrix of the base once, each drafter's factors (the base's rows are zeros in
+    the stack, :func:`stack_pool_weights`) and each drafter's norms; the count :func:`weights_read` makes."""
+    ranks = check_rank(rank)
+    head = sum(v.numel() for v in base.weights.values())
+    total = 0
+    for k, v in base.weights.items():
+        if k in MATRICES:
+            out_f, in_f = v.shape
+            r = rank_of(ranks, k)
+            total += v.numel() + n_drafters * (min(in_f, out_f) if r is None else r) * (in_f + out_f)
+        else:
+            total += n_drafters * v.numel()
+    return total / head
+
+
+def allocate_ranks(
+    base: Eagle3Drafter, experts: Sequence[Eagle3Drafter], reads: float, allocation: str = "frobenius"
+) -> dict[str, int]:
+    """Per-matrix ranks, shared by every expert, that keep the most of the experts' deltas while one evaluation
+    of the pool (the base and ``experts``) reads at most ``reads`` × one head's weights (:func:`pool_reads`).
+
+    Each added rank of matrix m costs N·(in_m + out_m) parameters and keeps the next singular value of every
+    expert's delta of m; ``allocation`` scores it by the squared singular values summed over the experts
+    (``frobenius``: the experts' total squared Frobenius error, the quantity :func:`delta_kept` reports) or
+    divided first by each delta's squared norm (``relative``: every matrix's relative error counts alike). The
+    ranks are filled greedily by score per parameter; the scores of one matrix decrease with the rank, so this
+    is the greedy solution of a knapsack with concave gains (optimal up to the last, partly fitting rank).
+    """
+    if allocation not in ALLOCATIONS:
+        raise ValueError(f"allocation={allocation!r}: expected one of {list(ALLOCATIONS)}")
+    if isinstance(reads, bool) or not isinstance(reads, (int, float)) or not reads >= 1.0:
+        raise ValueError(
+            f"reads={reads!r}: expected a number >= 1 (one evaluation's reads as a multiple of one head's weights)"
+        )
+    if not experts:
+        raise ValueError("allocate_ranks needs at least one expert")
+    n = len(experts) + 1
+    floor = pool_reads(base, n, dict.fromkeys(MATRICES, 0))
+    if reads < floor:
+        raise ValueError(
+            f"reads={reads}: a pool of {n} drafters reads {floor:.3f} x one head's weights at rank 0 (the base's "
+            f"matrices once, every drafter's norms); ask for at least that"
+        )
+    head = sum(v.numel() for v in base.weights.values())
+    budget = (reads - floor) * head
+    gains: list[tuple[float, str, int]] = []  # (score per parameter, matrix, rank index)
+    for k in MATRICES:
+        spectra = []
+        for e in experts:
+            check_compatible(base, e)
+            delta = (e.weights[k].double() - base.weights[k].double()).t()
+            sv = torch.linalg.svdvals(delta) ** 2
+            spectra.append(sv / sv.sum() if allocation == "relative" and float(sv.sum()) > 0 else sv)
+        score = torch.stack(spectra).sum(0)
+        cost = n * sum(base.weights[k].shape)
+        gains += [(float(score[j]) / cost, k, j) for j in range(score.numel())]
+    ranks = dict.fromkeys(MATRICES, 0)
+    for _, k, _j in sorted(gains, key=lambda g: -g[0]):  # per matrix in order of j: its scores decrease
+        cost = n * sum(base.weights[k].shape)
+        if cost <= budget:
+            ranks[k] += 1
+            budget -= cost
+    return ranks
 
 
 class LowRankStack:
