@@ -18,6 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from hedgespec.io import portable_paths, write_json_atomic
 from hedgespec.pools_lowrank import write_low_rank_pool
 
 
@@ -70,6 +71,19 @@ def main(cfg: DictConfig) -> None:
     print(
         f"use it with: pool={cfg.pool.name if cfg.get('pool') else '<pool>'} ++pool.manifest={out} pool.name={man.pool}"
     )
+    if cfg.get("json"):
+        record = {
+            "pool": man.pool,
+            "source": str(source),
+            "base": str(cfg.base),
+            "rank": written.rank,
+            "reads_x_one_head": written.reads,
+            "n_drafters": len(man.drafters),
+            "budget": None if cfg.get("reads") is None else {"reads": cfg.reads, "allocation": str(cfg.allocation)},
+            "delta_kept": written.delta_kept,
+        }
+        write_json_atomic(portable_paths(record), Path(str(cfg.json)))
+        print(f"wrote {cfg.json}")
 
 
 if __name__ == "__main__":

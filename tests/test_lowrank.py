@@ -7,6 +7,8 @@ logits), and transformers greedy decoding of the target (lossless output with a 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -338,9 +340,14 @@ def test_script_takes_a_reads_budget_or_a_rank_per_matrix(tiny, tmp_path):
         cmd = [sys.executable, str(script), f"manifest={manifest}", "hydra.run.dir=" + str(tmp_path / "h"), *args]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
-    ok = run("reads=1.4", "out=ft-b")
+    ok = run("reads=1.4", "out=ft-b", f"json={tmp_path / 'ft-b.json'}")
     assert ok.returncode == 0, ok.stderr
     assert "one evaluation of the pool reads" in ok.stdout
+    rec = json.loads((tmp_path / "ft-b.json").read_text())
+    assert rec["budget"] == {"reads": 1.4, "allocation": "frobenius"} and 1.0 < rec["reads_x_one_head"] <= 1.4
+    assert (
+        rec["rank"] == yaml.safe_load((tmp_path / "pools" / "ft-b.yaml").read_text())["drafters"][1]["lowrank"]["rank"]
+    )
     assert isinstance(
         yaml.safe_load((tmp_path / "pools" / "ft-b.yaml").read_text())["drafters"][1]["lowrank"]["rank"], dict
     )

@@ -68,3 +68,31 @@ def test_goal_met_picks_the_cheapest_rank_that_keeps_the_mat(tmp_path):
 def test_section_says_what_is_missing(tmp_path):
     (tmp_path / "lowrank").mkdir()
     assert "`docs/results/lowrank/mat_matrix_dense.json` missing" in results_markdown(tmp_path)
+
+
+def test_budget_pools_render_in_their_own_table_and_count_for_the_goal(tmp_path):
+    bench = [{"pool": {"8": {"evaluate_s": 0.03, "weights_read_x_one_head": 8.0}}, "lowrank": {}}]
+    bench[0]["lowrank"] = {"8": {"8": {"evaluate_s": 0.01, "x_dense_evaluate": 0.4, "weights_read_x_one_head": 1.16}}}
+    _write(tmp_path, {"dense": 1.0, "r8": 0.9}, bench)
+    d = tmp_path / "lowrank_budget"
+    d.mkdir()
+    for kind, scale in {"dense": 1.0, "r8": 0.92, "b1.3-frobenius": 0.98, "b1.3-relative": 0.96}.items():
+        (d / f"mat_matrix_{kind}.json").write_text(json.dumps(_matrix(scale)))
+    for kind, reads in {"b1.3-frobenius": 1.29, "b1.3-relative": 1.3}.items():
+        (d / f"pool_{kind}.json").write_text(json.dumps({"n_drafters": 8, "reads_x_one_head": reads}))
+    text = results_markdown(tmp_path)
+    lines = text.splitlines()
+    second = lines.index(next(x for x in lines if x.startswith("**Ranks per matrix for a reads budget.**")))
+    rows = [x for x in lines[second:] if x.startswith("| ") and not x.startswith(("| pool", "|---"))]
+    labels = [r.split(" | ")[0] for r in rows]
+    assert labels == [
+        "| dense experts (as trained)",
+        "| r = 8",
+        "| reads ≤ 1.3, frobenius (ranks per matrix)",
+        "| reads ≤ 1.3, relative (ranks per matrix)",
+    ]
+    frob = rows[2].split(" | ")
+    assert frob[4].startswith("0.980") and frob[7] == "1.29" and frob[8] == "– |"
+    # r8 of the budget table has no bench_engine.json there and no pool file: no cost, so it cannot meet the goal
+    assert rows[1].split(" | ")[7] == "–"
+    assert "met at reads ≤ 1.3, frobenius (ranks per matrix) (1.29 × one head)" in text

@@ -2,8 +2,11 @@
 
 Reads ``mat_matrix_<kind>.json`` (``scripts/report.py mat-matrix`` over ``workload=domain oracle_probe=true``
 runs of one pool; ``<kind>`` is ``dense`` for the fine-tuned experts as trained, ``r<rank>`` or ``rfull`` for
-the low-rank pools written from them by ``scripts/lowrank_pool.py``) and ``bench_engine.json``
-(``scripts/bench_engine.py --ranks ...``: the pool evaluation's time and the parameters it reads).
+the low-rank pools written from them by ``scripts/lowrank_pool.py``, ``b<reads>-<allocation>`` for a pool it
+wrote for a reads budget) and ``bench_engine.json`` (``scripts/bench_engine.py --ranks ...``: the pool
+evaluation's time and the parameters it reads); a pool without a bench_engine row gets its reads from the
+``pool_<kind>.json`` that ``scripts/lowrank_pool.py json=...`` wrote (no time). ``lowrank/`` is the first table;
+``lowrank_budget/`` (another trained pool: its own dense row) the second.
 """
 
 from __future__ import annotations
@@ -18,14 +21,24 @@ KEEP_GOAL = 0.97
 READ_GOAL = 1.3
 GOAL_N = 8
 DIR = "lowrank"
-_KIND = re.compile(r"mat_matrix_(dense|rfull|r\d+)\.json$")
+BUDGET_DIR = "lowrank_budget"
+_KIND = re.compile(r"mat_matrix_(dense|rfull|r\d+|b\d+(?:\.\d+)?-(?:frobenius|relative))\.json$")
 
 
-def _rank_of(kind: str) -> float:
-    return 0.0 if kind == "dense" else (float("inf") if kind == "rfull" else float(kind[1:]))
+def _rank_of(kind: str) -> tuple[int, float, str]:
+    """Table order: dense, uniform ranks ascending, full rank, then the budget pools by budget."""
+    if kind == "dense":
+        return (0, 0.0, "")
+    if kind.startswith("b"):
+        reads, allocation = kind[1:].split("-", 1)
+        return (2, float(reads), allocation)
+    return (1, float("inf") if kind == "rfull" else float(kind[1:]), "")
 
 
 def _label(kind: str) -> str:
+    if kind.startswith("b"):
+        reads, allocation = kind[1:].split("-", 1)
+        return f"reads ≤ {reads}, {allocation} (ranks per matrix)"
     return "dense experts (as trained)" if kind == "dense" else ("full rank" if kind == "rfull" else f"r = {kind[1:]}")
 
 
@@ -45,10 +58,16 @@ def generalist(matrix: Mapping[str, Mapping[str, float]], name: str = "general")
     return sum(row.values()) / len(row) if row else None
 
 
-def read_at(bench: list[Mapping[str, Any]] | None, kind: str, n: int = GOAL_N) -> tuple[float, float, float] | None:
-    """(weights read × one head, evaluation ms, × the dense pool of the same N) at N=n from bench_engine.json."""
-    if not bench:
-        return None
+def read_at(
+    bench: list[Mapping[str, Any]] | None, kind: str, n: int = GOAL_N, pool: Mapping[str, Any] | None = None
+) -> tuple[float, float | None, float | None] | None:
+    """(weights read × one head, evaluation ms, × the dense pool of the same N) at N=n from bench_engine.json;
+    else the reads of ``pool`` (``scripts/lowrank_pool.py json=``, an N=n pool) with no time."""
+    from_pool = None
+    if pool is not None and int(pool.get("n_drafters", 0)) == n:
+        from_pool = (float(pool["reads_x_one_head"]), None, None)
+    if not bench or kind.startswith("b"):
+        return from_pool
     res = bench[0]
     dense = (res.get("pool") or {}).get(str(n))
     if kind == "dense" or kind == "rfull":
@@ -57,22 +76,39 @@ def read_at(bench: list[Mapping[str, Any]] | None, kind: str, n: int = GOAL_N) -
         return float(dense.get("weights_read_x_one_head", n)), dense["evaluate_s"] * 1e3, 1.0
     low = ((res.get("lowrank") or {}).get(kind[1:]) or {}).get(str(n))
     if low is None:
-        return None
+        return from_pool
     return float(low["weights_read_x_one_head"]), low["evaluate_s"] * 1e3, float(low["x_dense_evaluate"])
 
 
 def lowrank_section(doc: Any) -> list[str]:
-    """Table: in-domain MAT per rank next to the dense experts, cross-domain and generalist MAT, evaluation cost."""
-    files = sorted(p for p in (doc.results_dir / DIR).glob("mat_matrix_*.json") if _KIND.search(p.name))
-    mats = {_KIND.search(p.name).group(1): doc.json(f"{DIR}/{p.name}") for p in files}  # type: ignore[union-attr]
-    if "dense" not in mats:
+    """Tables: in-domain MAT per rank next to the dense experts, cross-domain and generalist MAT, evaluation cost
+    (``lowrank/``; then ``lowrank_budget/`` when it has a dense matrix); the goal over both."""
+    first = _table(doc, DIR)
+    if first is None:
         return [doc.say("lowrank_missing"), ""]
-    bench = doc.json(f"{DIR}/bench_engine.json")
+    out = [doc.say("lowrank_intro", n=GOAL_N), "", *first[0]]
+    second = _table(doc, BUDGET_DIR)
+    if second is not None:
+        out += ["", doc.say("lowrank_budget_intro", n=GOAL_N), "", *second[0]]
+    best = min((t[1] for t in (first, second) if t is not None and t[1] is not None), default=None)
+    out += ["", doc.say("lowrank_goal", keep=f"{KEEP_GOAL:.0%}", reads=READ_GOAL, n=GOAL_N, met=_goal_words(best))]
+    return out + [""]
+
+
+def _table(doc: Any, folder: str) -> tuple[list[str], tuple[float, str] | None] | None:
+    """One folder's table and the cheapest pool that meets the goal in it (None without a dense matrix)."""
+    if not (doc.results_dir / folder).is_dir():
+        return None
+    files = sorted(p for p in (doc.results_dir / folder).glob("mat_matrix_*.json") if _KIND.search(p.name))
+    mats = {_KIND.search(p.name).group(1): doc.json(f"{folder}/{p.name}") for p in files}  # type: ignore[union-attr]
+    if "dense" not in mats:
+        return None
+    bench = (
+        doc.json(f"{folder}/bench_engine.json") if (doc.results_dir / folder / "bench_engine.json").is_file() else None
+    )
     ref = in_domain(mats["dense"])
     domains = list(ref)
     out = [
-        doc.say("lowrank_intro", n=GOAL_N),
-        "",
         "| pool | " + " | ".join(domains) + " | in-domain mean | × dense experts | cross-domain | generalist "
         f"| N={GOAL_N} evaluation reads (× one head) | N={GOAL_N} evaluation ms (× dense) |",
         "|---" * (len(domains) + 7) + "|",
@@ -84,7 +120,8 @@ def lowrank_section(doc: Any) -> list[str]:
         ind = in_domain(m)
         mean = sum(ind.values()) / len(ind)
         keep = min(ind[d] / ref[d] for d in domains if d in ind)
-        cost = read_at(bench, kind)
+        pool_file = doc.results_dir / folder / f"pool_{kind}.json"
+        cost = read_at(bench, kind, pool=doc.json(f"{folder}/{pool_file.name}") if pool_file.is_file() else None)
         cells = [f"{ind.get(d, float('nan')):.3f}" for d in domains]
         cross, gen = cross_domain(m), generalist(m)
         out.append(
@@ -97,14 +134,13 @@ def lowrank_section(doc: Any) -> list[str]:
             + " | "
             + ("–" if cost is None else f"{cost[0]:.2f}")
             + " | "
-            + ("–" if cost is None else f"{cost[1]:.1f} ({cost[2]:.2f})")
+            + ("–" if cost is None or cost[1] is None else f"{cost[1]:.1f} ({cost[2]:.2f})")
             + " |"
         )
-        if kind.startswith("r") and kind != "rfull" and cost is not None and mean / ref_mean >= KEEP_GOAL:
+        if kind not in ("dense", "rfull") and cost is not None and mean / ref_mean >= KEEP_GOAL:
             if cost[0] <= READ_GOAL and (best is None or cost[0] < best[0]):
                 best = (cost[0], kind)
-    out += ["", doc.say("lowrank_goal", keep=f"{KEEP_GOAL:.0%}", reads=READ_GOAL, n=GOAL_N, met=_goal_words(best))]
-    return out + [""]
+    return out, best
 
 
 def _goal_words(best: tuple[float, str] | None) -> str:
