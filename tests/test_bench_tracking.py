@@ -108,3 +108,13 @@ def test_logger_bad_input_names_the_option(tmp_path):
     with pytest.raises(ValueError, match=r"logger\.mode='onlin' is unknown"):
         WandbLogger(tmp_path, mode="onlin")
     assert _artifact_name("results-2026/12:01 run") == "results-2026-12-01-run"
+
+
+def test_no_manifest_copy_without_a_logger(tmp_path):
+    from hedgespec.pools import DrafterEntry, TargetInfo, register_drafter
+
+    manifest = tmp_path / "pool.yaml"
+    entry = DrafterEntry("sql", "sql", "p/sql", "sha256:t", "v", 64, (0, 1, 2), "d", {"budget": "tiny"})
+    register_drafter(manifest, "tiny", TargetInfo("tiny", "sha256:t", 64, 512, 4), entry)
+    bench_main(compose_bench(BASE + ["selector=eagle", f"+pool.manifest={manifest}"]), tmp_path / "run", **inject())
+    assert (tmp_path / "run" / "results.json").is_file() and not (tmp_path / "run" / "pool").exists()

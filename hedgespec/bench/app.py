@@ -14,7 +14,7 @@ from hedgespec.bench.report import run_table, write_run
 from hedgespec.bench.run_files import request_log_metrics
 from hedgespec.bench.runners import run_bench
 from hedgespec.io import portable_paths, write_json_atomic
-from hedgespec.tracking import make_logger
+from hedgespec.tracking import NullLogger, make_logger
 
 
 def note_trace(trace: str | Path, res: Mapping[str, Any]) -> Path:
@@ -73,7 +73,7 @@ def log_artifacts(logger: Any, cfg: Mapping[str, Any], res: Mapping[str, Any], f
     run_dir = Path(files["results.json"]).parent
     logger.log_artifact(f"results-{run_dir.name}", "bench-results", list(files.values()))
     manifest = (cfg.get("pool") or {}).get("manifest")
-    if manifest and Path(manifest).is_file():
+    if manifest and Path(manifest).is_file() and not isinstance(logger, NullLogger):  # no copy nobody records
         copy = run_dir / "pool" / Path(manifest).name
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(portable_paths(Path(manifest).read_text()))

@@ -261,13 +261,14 @@ def allocate_ranks(
             f"reads={reads}: a pool of {n} drafters reads {floor:.3f} x one head's weights at rank 0 (the base's "
             f"matrices once, every drafter's norms); ask for at least that"
         )
+    for e in experts:
+        check_compatible(base, e)
     head = sum(v.numel() for v in base.weights.values())
     budget = (reads - floor) * head
     gains: list[tuple[float, str, int]] = []  # (score per parameter, matrix, rank index)
     for k in MATRICES:
         spectra = []
         for e in experts:
-            check_compatible(base, e)
             delta = (e.weights[k].double() - base.weights[k].double()).t()
             sv = torch.linalg.svdvals(delta) ** 2
             spectra.append(sv / sv.sum() if allocation == "relative" and float(sv.sum()) > 0 else sv)
