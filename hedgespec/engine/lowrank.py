@@ -300,7 +300,9 @@ class LowRankStack:
     def bmm(self, x: torch.Tensor) -> torch.Tensor:
         """x [N, T, in] -> [N, T, out]; rows shared by every head (a stride-0 leading dim) pay the base once."""
         shared = x.shape[0] > 1 and x.stride(0) == 0
-        y = (x[:1] @ self.base).expand(x.shape[0], -1, -1) if shared else x @ self.base
+        # the shared rows as a 2-D mm against the base's transposed view: a 3-D operand would make matmul copy the
+        # base into a contiguous [1, in, out] batch on every call
+        y = (x[0] @ self.base).expand(x.shape[0], -1, -1) if shared else x @ self.base
         if self.a.shape[-1] == 0:
             return y.contiguous() if shared else y
         return y + torch.bmm(torch.bmm(x, self.a), self.b)
