@@ -3,6 +3,8 @@
     python scripts/bench_engine.py                         # tiny target and SmolLM2-sized dims, CPU, ~2-5 min
     python scripts/bench_engine.py --dims tiny --repeats 50
     python scripts/bench_engine.py --dims smollm2 --draft-vocab 4096 --ns 1 2 4 8 --ranks 8 32 128   # low-rank pools
+    python scripts/bench_engine.py --dims smollm2 --draft-vocab 4096 --ns 1 8 --rank-files pool_b1.3-frobenius.json
+                                   # ... at the ranks per matrix a `scripts/lowrank_pool.py json=` record names
     python scripts/bench_engine.py --dims smollm2 --draft-vocab 4096 --ns 1 8 --kernels aten onednn   # CPU kernels
     python scripts/bench_engine.py --device cuda --dtype bfloat16 --json bench_engine.json   # GPU machine
 
@@ -18,7 +20,7 @@ import json
 
 import torch
 
-from hedgespec.engine.bench import bench_engine, format_bench
+from hedgespec.engine.bench import bench_engine, format_bench, rank_pools_from_files
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -42,6 +44,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         help="also time low-rank pools of these ranks (head 0 + rank-r experts)",
     )
     ap.add_argument(
+        "--rank-files",
+        nargs="*",
+        default=[],
+        help="also time low-rank pools at the ranks (one per matrix allowed) of these `scripts/lowrank_pool.py "
+        "json=` records; a pool written for a reads budget is labelled b<reads>-<allocation>",
+    )
+    ap.add_argument(
         "--kernels",
         nargs="+",
         default=["aten"],
@@ -51,6 +60,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
     ap.add_argument("--json", default=None, help="write the results here (default: print JSON to stdout)")
     args = ap.parse_args(argv)
+    ranks = {r: r for r in args.ranks} | rank_pools_from_files(args.rank_files)  # files checked before any run
     if args.threads:
         torch.set_num_threads(args.threads)
     results = []
@@ -65,7 +75,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             args.device,
             args.dtype,
             draft_vocab=args.draft_vocab,
-            ranks=args.ranks,
+            ranks=ranks,
             kernels=kernels,
         )
         print(format_bench(res), flush=True)

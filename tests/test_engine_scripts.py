@@ -89,6 +89,23 @@ def test_bench_engine_script(capsys):
         mod.main(["--dims", "tiny", "--ns", "1", "--repeats", "1", "--draft-vocab", "100000"])
 
 
+def test_bench_engine_script_times_a_lowrank_pool_record(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "scripts" / "bench_engine.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rec = tmp_path / "pool_r3.json"
+    rec.write_text('{"rank": 3, "n_drafters": 2}')
+    (res,) = mod.main(
+        ["--dims", "tiny", "--ns", "1", "2", "--repeats", "1", "--context", "8", "--ranks", "2"]
+        + ["--rank-files", str(rec)]
+    )
+    assert set(res["lowrank"]) == {2, "3"} and res["lowrank"]["3"][2]["evaluate_s"] > 0
+    assert "low-rank r=3    N= 2" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no 'rank'"):
+        rec.write_text("{}")
+        mod.main(["--dims", "tiny", "--ns", "1", "--repeats", "1", "--rank-files", str(rec)])
+
+
 def test_generate_refuses_router_with_a_pointer_to_bench(tiny):
     model, tok = tiny
     cfg = _small_pool(_cfg("target=tiny", "pool=tiny", "selector=router", "max_new_tokens=4"))

@@ -96,3 +96,55 @@ def test_budget_pools_render_in_their_own_table_and_count_for_the_goal(tmp_path)
     # r8 of the budget table has no bench_engine.json there and no pool file: no cost, so it cannot meet the goal
     assert rows[1].split(" | ")[7] == "–"
     assert "met at reads ≤ 1.3, frobenius (ranks per matrix) (1.29 × one head)" in text
+
+
+def test_budget_pool_costs_come_from_a_bench_run_at_its_own_ranks(tmp_path):
+    """bench_engine at the ranks per matrix of a lowrank_pool.py record: its reads equal pool_reads' count, and the
+    budget table shows its time."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hedgespec.engine.bench import DIMS, rank_pools_from_files
+    from hedgespec.engine.lowrank import pool_reads
+    from hedgespec.fixtures import random_drafter
+    from hedgespec.ranks import MATRICES
+
+    torch.set_num_threads(1)
+    rank = {m: (2 if m in ("fc", "q", "lm_head") else 0) for m in MATRICES}
+    rec = tmp_path / "pool_b1.3-frobenius.json"
+    rec.write_text(json.dumps({"rank": rank, "n_drafters": 8, "budget": {"reads": 1.3, "allocation": "frobenius"}}))
+    labelled = rank_pools_from_files([rec])
+    assert labelled == {"b1.3-frobenius": rank}
+    res = json.loads(json.dumps([bench_engine("tiny", ns=(1, 8), context=16, rows=2, repeats=1, ranks=labelled)]))
+    low = res[0]["lowrank"]["b1.3-frobenius"]["8"]
+    dims = {k: v for k, v in DIMS["tiny"].items() if k != "draft_vocab"}
+    target = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=True, **dims))
+    base = random_drafter(target, seed=0, draft_vocab_size=res[0]["draft_vocab"])
+    assert low["weights_read_x_one_head"] == pytest.approx(pool_reads(base, 8, rank))
+
+    _write(tmp_path / "docs", {"dense": 1.0}, None)
+    d = tmp_path / "docs" / "lowrank_budget"
+    d.mkdir()
+    for kind, scale in {"dense": 1.0, "b1.3-frobenius": 0.98}.items():
+        (d / f"mat_matrix_{kind}.json").write_text(json.dumps(_matrix(scale)))
+    (d / "bench_engine.json").write_text(json.dumps(res))
+    row = next(x for x in results_markdown(tmp_path / "docs").splitlines() if x.startswith("| reads ≤ 1.3"))
+    cells = row.split(" | ")
+    assert cells[7] == f"{low['weights_read_x_one_head']:.2f}"
+    assert cells[8] == f"{low['evaluate_s'] * 1e3:.1f} ({low['x_dense_evaluate']:.2f}) |"
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ("not json", r"pool_x.json: cannot read it as JSON"),
+        ('{"reads_x_one_head": 1.3}', r"pool_x.json: no 'rank' \(expected a record of scripts/lowrank_pool.py"),
+        ('{"rank": {"fc": 2}}', r"pool_x.json: rank=.*names each of"),
+        ('{"rank": -1}', r"pool_x.json: rank=-1: expected a positive integer"),
+    ],
+)
+def test_bad_rank_files_are_named(tmp_path, content, match):
+    from hedgespec.engine.bench import rank_pools_from_files
+
+    (tmp_path / "pool_x.json").write_text(content)
+    with pytest.raises(ValueError, match=match):
+        rank_pools_from_files([tmp_path / "pool_x.json"])

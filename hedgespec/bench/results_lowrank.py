@@ -3,7 +3,7 @@
 Reads ``mat_matrix_<kind>.json`` (``scripts/report.py mat-matrix`` over ``workload=domain oracle_probe=true``
 runs of one pool; ``<kind>`` is ``dense`` for the fine-tuned experts as trained, ``r<rank>`` or ``rfull`` for
 the low-rank pools written from them by ``scripts/lowrank_pool.py``, ``b<reads>-<allocation>`` for a pool it
-wrote for a reads budget) and ``bench_engine.json`` (``scripts/bench_engine.py --ranks ...``: the pool
+wrote for a reads budget) and ``bench_engine.json`` (``scripts/bench_engine.py --ranks ... --rank-files ...``: the pool
 evaluation's time and the parameters it reads); a pool without a bench_engine row gets its reads from the
 ``pool_<kind>.json`` that ``scripts/lowrank_pool.py json=...`` wrote (no time). ``lowrank/`` is the first table;
 ``lowrank_budget/`` (another trained pool: its own dense row) the second.
@@ -66,7 +66,7 @@ def read_at(
     from_pool = None
     if pool is not None and int(pool.get("n_drafters", 0)) == n:
         from_pool = (float(pool["reads_x_one_head"]), None, None)
-    if not bench or kind.startswith("b"):
+    if not bench:
         return from_pool
     res = bench[0]
     dense = (res.get("pool") or {}).get(str(n))
@@ -74,7 +74,8 @@ def read_at(
         if dense is None:
             return None
         return float(dense.get("weights_read_x_one_head", n)), dense["evaluate_s"] * 1e3, 1.0
-    low = ((res.get("lowrank") or {}).get(kind[1:]) or {}).get(str(n))
+    label = kind if kind.startswith("b") else kind[1:]  # bench_engine.py labels: b<reads>-<allocation>, <rank>
+    low = ((res.get("lowrank") or {}).get(label) or {}).get(str(n))
     if low is None:
         return from_pool
     return float(low["weights_read_x_one_head"]), low["evaluate_s"] * 1e3, float(low["x_dense_evaluate"])

@@ -5,7 +5,9 @@
 * one drafter forward: one draft step (1 row) of one EAGLE-3 head after ``context`` cached rows;
 * batched pool evaluation: :meth:`DrafterPool.evaluate` of ``rows`` verified rows into N heads at once;
   with ``ranks``, also for low-rank pools (head 0 as the base, N-1 rank-r experts; :mod:`hedgespec.engine.lowrank`)
-  next to the dense pool of the same N, with the parameters each evaluation reads.
+  next to the dense pool of the same N, with the parameters each evaluation reads; a rank may be one per matrix
+  (``{"fc": 34, "q": 21, ...}``, as ``scripts/lowrank_pool.py reads=`` chooses them; :func:`rank_pools_from_files`
+  reads them from that script's ``json=`` records).
 
 Weights are random (timings do not depend on values). ``dims='tiny'`` is the registry's tiny target,
 ``dims='smollm2'`` has SmolLM2-135M's shapes (hidden 576, 30 layers, 9/3 heads, vocab 49152; draft vocab 32000).
@@ -13,8 +15,10 @@ Weights are random (timings do not depend on values). ``dims='tiny'`` is the reg
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +29,7 @@ from hedgespec.engine.pool import DrafterPool
 from hedgespec.engine.target import TargetModel
 from hedgespec.fixtures import random_drafter
 from hedgespec.models.linear_kernels import linear_kernels_of, use_linear_kernels
+from hedgespec.ranks import check_rank, rank_of
 
 DIMS: dict[str, dict[str, Any]] = {
     "tiny": dict(
@@ -86,13 +91,14 @@ def bench_engine(
     device: str = "cpu",
     dtype: str = "float32",
     draft_vocab: int | None = None,
-    ranks: Sequence[int] = (),
+    ranks: Sequence[int] | Mapping[str, Any] = (),
     kernels: str = "aten",
 ) -> dict[str, Any]:
     """Best-of-``repeats`` seconds of each cost and their ratios to one drafter forward and one target forward.
 
     ``draft_vocab`` overrides the dims' draft vocabulary (the embedded pool's trained drafters use 4096);
-    ``ranks`` adds low-rank pools of each rank (``res["lowrank"][r][N]``); ``kernels`` is the target's
+    ``ranks`` adds low-rank pools of each rank (``res["lowrank"][r][N]``), or of each labelled rank of a mapping
+    ``{label: rank}`` (``res["lowrank"][label][N]``; a rank per matrix allowed); ``kernels`` is the target's
     ``linear_kernels`` (:mod:`hedgespec.models.linear_kernels`).
     """
     d = dict(DIMS[dims])
@@ -133,13 +139,14 @@ def bench_engine(
         res["pool"][n]["x_n1_evaluate"] = t / res["pool"][ns[0]]["evaluate_s"]
         res["pool"][n]["weights_read_x_one_head"] = weights_read(pool.w) / weights_read(pool1.w)
     res["lowrank"] = {}
-    for r in ranks:
-        res["lowrank"][r] = {}
-        experts = [_random_low_rank(heads[0], heads[i], r) for i in range(1, max(ns))]
+    labelled = ranks.items() if isinstance(ranks, Mapping) else ((r, r) for r in ranks)
+    for label, r in labelled:
+        res["lowrank"][label] = {}
+        experts = [_random_low_rank(heads[0], heads[i], check_rank(r, f"rank {label}")) for i in range(1, max(ns))]
         for n in ns:
             pool = DrafterPool([heads[0], *experts[: n - 1]], model, dtype=tdtype)
             t = _evaluate_cost(pool, tgt, ctx, feats, context, rows, repeats, device)
-            res["lowrank"][r][n] = {
+            res["lowrank"][label][n] = {
                 "evaluate_s": t,
                 "x_dense_evaluate": t / res["pool"][n]["evaluate_s"],
                 "x_drafter_forward": t / res["drafter_forward_s"],
@@ -149,16 +156,45 @@ def bench_engine(
     return res
 
 
-def _random_low_rank(base: Any, other: Any, rank: int) -> LowRankDrafter:
-    """A rank-``rank`` expert of ``base`` (random factors scaled to the weights; timings do not depend on values)."""
-    g = torch.Generator().manual_seed(rank)
+def _random_low_rank(base: Any, other: Any, rank: int | None | dict[str, int | None]) -> LowRankDrafter:
+    """An expert of ``base`` at ``rank`` (one for every matrix, None for full, or one per matrix; random factors
+    scaled to the weights: timings do not depend on values)."""
+    g = torch.Generator().manual_seed(0)
     factors = {}
     for key, w in base.weights.items():
         if w.dim() == 2:
-            a = torch.randn(w.shape[1], rank, generator=g) * 0.01
-            factors[key] = (a, torch.randn(rank, w.shape[0], generator=g) * 0.01)
+            r = rank_of(rank, key)
+            r = min(w.shape) if r is None else r
+            a = torch.randn(w.shape[1], r, generator=g) * 0.01
+            factors[key] = (a, torch.randn(r, w.shape[0], generator=g) * 0.01)
     norms = {k: v for k, v in other.weights.items() if v.dim() == 1}
-    return LowRankDrafter(base, factors, norms, rank, name=f"{other.name}-r{rank}")
+    return LowRankDrafter(base, factors, norms, rank, name=f"{other.name}-lowrank")
+
+
+def rank_pools_from_files(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """``{label: rank}`` from the records ``scripts/lowrank_pool.py json=<file>`` writes: a pool written for a reads
+    budget is labelled ``b<reads>-<allocation>`` (the kind docs/RESULTS.md's low-rank tables use), one at a uniform
+    rank ``<rank>``, any other by its file name. A file that is not such a record is refused, naming it."""
+    out: dict[str, Any] = {}
+    for path in map(Path, paths):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ValueError(f"rank file {path}: cannot read it as JSON ({err})") from None
+        if not isinstance(rec, dict) or "rank" not in rec:
+            raise ValueError(f"rank file {path}: no 'rank' (expected a record of scripts/lowrank_pool.py json=...)")
+        rank = check_rank(rec["rank"], f"{path}: rank")
+        budget = rec.get("budget") or {}
+        if "reads" in budget and "allocation" in budget:
+            label = f"b{float(budget['reads']):g}-{budget['allocation']}"
+        elif isinstance(rank, int):
+            label = str(rank)
+        else:
+            label = path.stem
+        if label in out:
+            raise ValueError(f"rank file {path}: a second pool labelled {label!r}")
+        out[label] = rec["rank"]
+    return out
 
 
 def _single_costs(
@@ -253,7 +289,7 @@ def format_bench(res: dict[str, Any]) -> str:
     for rank, by_n in res.get("lowrank", {}).items():
         for n, r in by_n.items():
             lines.append(
-                f"low-rank r={rank:<4} N={n:>2}: {r['evaluate_s'] * 1e3:8.3f} ms = "
+                f"low-rank r={str(rank):<4} N={n:>2}: {r['evaluate_s'] * 1e3:8.3f} ms = "
                 f"{r['x_dense_evaluate']:5.2f} x dense N={n} = {r['x_drafter_forward']:6.2f} x drafter forward   "
                 f"reads {r['weights_read_x_one_head']:5.2f} x one head"
             )
