@@ -6,7 +6,9 @@ the low-rank pools written from them by ``scripts/lowrank_pool.py``, ``b<reads>-
 wrote for a reads budget) and ``bench_engine.json`` (``scripts/bench_engine.py --ranks ... --rank-files ...``: the pool
 evaluation's time and the parameters it reads); a pool without a bench_engine row gets its reads from the
 ``pool_<kind>.json`` that ``scripts/lowrank_pool.py json=...`` wrote (no time). ``lowrank/`` is the first table;
-``lowrank_budget/`` (another trained pool: its own dense row) the second.
+``lowrank_budget/`` (another trained pool: its own dense row) the second. ``lowrank_round/summary.json`` (a
+``scripts/report.py collect`` summary of engine runs on that pool and its low-rank variants, plain decoding side
+by side) gives the third: what a low-rank pool saves in a whole decoding round.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ READ_GOAL = 1.3
 GOAL_N = 8
 DIR = "lowrank"
 BUDGET_DIR = "lowrank_budget"
+ROUND = "lowrank_round/summary.json"
+#: the cheap-feedback goal for a whole round: selection overhead at most this share of the round time, with MAT at
+#: most this relative drop below full-evaluation HedgeSpec on the dense pool (as for partial evaluation)
+ROUND_GOAL = (0.05, 0.01)
 _KIND = re.compile(r"mat_matrix_(dense|rfull|r\d+|b\d+(?:\.\d+)?-(?:frobenius|relative))\.json$")
 
 
@@ -93,7 +99,82 @@ def lowrank_section(doc: Any) -> list[str]:
         out += ["", doc.say("lowrank_budget_intro", n=GOAL_N), "", *second[0]]
     best = min((t[1] for t in (first, second) if t is not None and t[1] is not None), default=None)
     out += ["", doc.say("lowrank_goal", keep=f"{KEEP_GOAL:.0%}", reads=READ_GOAL, n=GOAL_N, met=_goal_words(best))]
-    return out + [""]
+    return out + [""] + round_table(doc)
+
+
+def _pool_kinds(doc: Any) -> dict[str, str]:
+    """Pool name -> kind of the low-rank pools ``lowrank_budget/pool_<kind>.json`` describes."""
+    folder = doc.results_dir / BUDGET_DIR
+    kinds = {}
+    for p in sorted(folder.glob("pool_*.json")) if folder.is_dir() else []:
+        rec = doc.json(f"{BUDGET_DIR}/{p.name}") or {}
+        if "pool" in rec:
+            kinds[str(rec["pool"])] = p.stem[len("pool_") :]
+    return kinds
+
+
+def round_table(doc: Any) -> list[str]:
+    """Engine runs on the dense pool and its low-rank variants: MAT, tok/s next to plain decoding, the selection
+    overhead and the evaluation's ms per round; the cheap-feedback goal against dense full-evaluation HedgeSpec."""
+    from hedgespec.bench.results_doc import engine_policy  # the evaluation cell of a run, from its command
+    from hedgespec.bench.tables import fmt, met_word
+
+    data = doc.json(ROUND) if (doc.results_dir / ROUND).is_file() else None
+    if not data or not data.get("runs"):
+        return []
+    kinds = _pool_kinds(doc)
+
+    def label(r: Mapping[str, Any]) -> str:
+        kind = kinds.get(str(r.get("pool")))
+        return _label(kind) if kind else "dense experts (as trained)"
+
+    def policy(r: Mapping[str, Any]) -> str:  # a run that never evaluates the pool extends its own head only
+        return engine_policy(r["command"])[0] if r["aggregate"].get("evaluated_share") else "own head"
+
+    runs = sorted(data["runs"], key=lambda r: (r.get("pool") in kinds, r["selector"]))
+    ref = next((r for r in runs if r["selector"] == "hedgespec" and r.get("pool") not in kinds), None)
+    ref_mat = ref["aggregate"]["mat"] if ref else None
+    r0 = runs[0]
+    out = [
+        doc.say("lowrank_round_intro", file=ROUND, workload=r0["workload"], n_requests=r0["aggregate"]["n_requests"]),
+        "",
+        "| pool | selector | evaluation | evaluated rounds | MAT | MAT vs dense HedgeSpec | tok/s | plain tok/s "
+        "| × plain | selection overhead | evaluate ms / round | command |",
+        "|---" * 12 + "|",
+    ]
+    for r in runs:
+        a = r["aggregate"]
+        rel = a["mat"] / ref_mat - 1.0 if ref_mat else None
+        ev_ms = a["timings"]["evaluate"] / a["rounds"] * 1e3 if a.get("rounds") else None
+        out.append(
+            f"| {label(r)} | {r['selector']} | {policy(r)} | {fmt(a.get('evaluated_share'), 3)} "
+            f"| {fmt(a['mat'], 3)} | {fmt(rel, pct=True)} | {fmt(a['tokens_per_s'], 1)} "
+            f"| {fmt(a.get('plain_tokens_per_s'), 1)} | {fmt(a.get('speedup_vs_plain'))} "
+            f"| {fmt(a['selection_overhead'], pct=True)} | {fmt(ev_ms, 2)} | `{r['command']}` |"
+        )
+    out.append("")
+    full = [r for r in runs if r["selector"].startswith("hedgespec")]
+    if ref_mat and full:
+        over_max, mat_goal = ROUND_GOAL
+        ok = [
+            r
+            for r in full
+            if r["aggregate"]["selection_overhead"] <= over_max and 1.0 - r["aggregate"]["mat"] / ref_mat <= mat_goal
+        ]
+        best = min(full, key=lambda r: r["aggregate"]["selection_overhead"])
+        out += [
+            doc.say(
+                "lowrank_round_goal",
+                over_max=f"{over_max:.0%}",
+                mat_goal=f"{mat_goal:.0%}",
+                best=f"{label(best)}, {best['selector']}",
+                best_over=fmt(best["aggregate"]["selection_overhead"], pct=True),
+                best_drop=fmt(1.0 - best["aggregate"]["mat"] / ref_mat, pct=True),
+                met=met_word(bool(ok), "met", "missed"),
+            ),
+            "",
+        ]
+    return out
 
 
 def _table(doc: Any, folder: str) -> tuple[list[str], tuple[float, str] | None] | None:
