@@ -10,10 +10,12 @@ delayed ETAP/EAL losses), for a batch of requests each with its own selector:
 3. **one** target verification (SGLang's ``run_eagle_verify``: lossless, greedy on CPU);
 4. draft-extend for **all** N drafters over the verified tokens (refreshes every drafter's KV and state, and
    gives every drafter's prediction at every emitted position with no extra target forward);
-5. γ[u, i] = 1{drafter i's argmax at emitted position u equals the committed token} (greedy γ, as
-   ``hedgespec.acceptance.gamma_greedy`` with top-1), built for the whole batch in one comparison
-   (:func:`hedgespec.serving.rounds_batched.greedy_gamma_batch`) → one ``observe`` for the batch (the
-   selectors' feedback ledgers release completed losses to their learners).
+5. γ[u, i], the probability that SGLang's verification would accept drafter i's proposal at emitted position u:
+   under greedy verification 1{it equals the committed token} (as ``hedgespec.acceptance.gamma_greedy`` with
+   top-1), built for the whole batch in one comparison (:func:`hedgespec.serving.rounds_batched.greedy_gamma_batch`);
+   when SGLang verified a sampled batch (target-only, CUDA), the target probability of the proposal under the law
+   the verification sampled from (:mod:`hedgespec.serving.sampled_gamma`: one gather on the device, one copy) →
+   one ``observe`` for the batch (the selectors' feedback ledgers release completed losses to their learners).
 
 Per-request ``meta_info`` gains ``hedgespec_histogram`` (rounds drafted by each drafter),
 ``hedgespec_weights`` (the last decision's distribution), ``hedgespec_selector``, ``hedgespec_rounds`` and
@@ -56,6 +58,7 @@ import torch
 from sglang.srt.managers.schedule_batch import FINISH_ABORT
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 from sglang.srt.runtime_context import get_spec
+from sglang.srt.speculative import eagle_utils
 from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
 from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
@@ -64,6 +67,7 @@ from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
 from hedgespec.serving.draft_rows import DraftRows
 from hedgespec.serving.plugin import CONFIG_ENV, parse_worker_config
+from hedgespec.serving.sampled_gamma import Kernels, SamplingRows, proposals, sampled_gamma, target_law
 from hedgespec.serving.selection import Record, RoundChoice, WorkerSelection, round_gamma, substitutes
 from hedgespec.serving.states import RequestStates
 
@@ -148,6 +152,29 @@ def _snapshot(batch: Any) -> dict[str, Any]:
 def _restore(batch: Any, snap: dict[str, Any]) -> None:
     for k, v in snap.items():
         setattr(batch, k, v)
+
+
+def verify_law(batch: Any, out: Any, ndt: int) -> torch.Tensor | None:
+    """The target law SGLang's verification of ``batch`` sampled from, [B, ndt, V]; None when it verified
+    greedily (SGLang's own predicate: an all-greedy batch, a CPU or XPU device, ...).
+
+    Built as ``eagle_utils.eagle_sample`` builds it, with its kernels, from the verify logits, which carry the
+    penalties, logit bias and grammar mask it applied in place."""
+    info = batch.sampling_info
+    greedy = eagle_utils._verify_uses_greedy(
+        is_all_greedy=bool(info.is_all_greedy),
+        is_cpu=eagle_utils._is_cpu,
+        is_hip=eagle_utils._is_hip,
+        is_xpu=eagle_utils._is_xpu,
+        use_rejection_sampling=bool(get_spec().speculative_use_rejection_sampling),
+    )
+    if greedy:
+        return None
+    rows = SamplingRows(
+        info.temperatures, info.top_ks, info.top_ps, bool(info.need_top_k_sampling), bool(info.need_top_p_sampling)
+    )
+    kernels = Kernels(eagle_utils.sampling_softmax, eagle_utils.top_k_renorm_prob, eagle_utils.top_p_renorm_prob)
+    return target_law(out.logits_output.next_token_logits, rows, ndt, kernels)
 
 
 def _finite_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -432,12 +459,13 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         out = self.verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
         if on_publish is not None:
             on_publish(out.new_seq_lens)
+        law = verify_law(batch, out, self.speculative_num_draft_tokens)  # None: verified greedily
         t2 = time.perf_counter()
         argmaxes = self._evaluate(batch, out, verify_input, rows, req_rows)
         t3 = time.perf_counter()
 
         timings = {"draft": t1 - t0, "verify": t2 - t1, "evaluate": t3 - t2}
-        self._observe(reqs, records, choice, drafted, out, first_preds, argmaxes, timings)
+        self._observe(reqs, records, choice, drafted, out, first_preds, argmaxes, timings, law)
         return out
 
     def _draft_round(self, batch: Any, req_rows: torch.Tensor, choice: RoundChoice) -> tuple[Any, list]:
@@ -563,18 +591,31 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         first_preds: np.ndarray,
         argmaxes: list[torch.Tensor],
         timings: dict[str, float],
+        law: torch.Tensor | None = None,
     ) -> None:
-        """Build γ for the whole batch and feed the selectors (counterfactual γ, greedy chain case).
+        """Build γ for the whole batch and feed the selectors (counterfactual γ, chain drafting).
 
         Request b emitted e_0..e_m (m accepted drafts + the bonus). Drafter i proposed e_0 from its state after
         the previous round (``first_preds[b, i]``); its draft-extend row u−1 of this round (input e_{u−1})
         predicts e_u (``argmaxes[i][b, u−1]``). ``drafted[b]`` drafted request b's chain (None: the placeholder
-        chain did); a dropped drafter's γ is 0, as in the reference engine.
+        chain did); a dropped drafter's γ is 0, as in the reference engine. ``law`` (None: greedy verification)
+        is the target law the verification sampled from, [B, ndt, V] (:func:`verify_law`).
         """
         b, ndt = len(reqs), self.speculative_num_draft_tokens
         emitted = np.maximum(out.accept_lens.to("cpu").numpy().astype(np.int64), 1)
-        committed = out.next_token_ids.to("cpu").view(b, ndt).numpy()
-        gamma = round_gamma(first_preds, torch.stack(argmaxes).numpy(), committed, self._alive)
+        row_preds = torch.stack(argmaxes)
+        if law is None:
+            committed = out.next_token_ids.to("cpu").view(b, ndt).numpy()
+            gamma = round_gamma(first_preds, row_preds.numpy(), committed, self._alive)
+        else:
+            spec = get_spec()
+            gamma = sampled_gamma(
+                law,
+                proposals(first_preds, row_preds, ndt),
+                spec.speculative_accept_threshold_single,
+                spec.speculative_accept_threshold_acc,
+            )
+            gamma[:, :, [j for j, a in enumerate(self._alive) if not a]] = 0.0
         self._selection.observe(records, choice, drafted, emitted, gamma, timings)
         selector, dropped = [self._selector_name], self.dropped
         for req, rec in zip(reqs, records):
