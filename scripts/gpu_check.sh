@@ -8,7 +8,9 @@
 #    so its `sglang.srt.plugins` entry point exists); skipped with a clear line when the machine has no index access
 # 3. the serve tests on CUDA (tests/test_serving_server.py with HEDGESPEC_TEST_DEVICE=cuda): HEDGESPEC greedy ==
 #    transformers greedy for pools of 1/2/3 tiny drafters, selection moves to the agreeing drafter, 16 concurrent
-#    requests keep their own selector state, a malformed request gets a 4xx, stock EAGLE-3 greedy == greedy
+#    requests keep their own selector state, a malformed request gets a 4xx, stock EAGLE-3 greedy == greedy;
+#    then tests/test_serving_sampled.py: at T=0.8 the first two tokens of 3000 seeded requests follow the
+#    target's law (chi-square per token), plain SGLang and HEDGESPEC with two drafters
 # 4. `python serve/launch.py pool=tiny dry_run=true` (the launcher's CUDA command line)
 # 5. a 2-step SpecForge training smoke on the tiny target on one GPU (`train/run.py ... train.device=cuda`):
 #    installs SpecForge as scripts/install.d/30-train.sh does (pinned wheel, --no-deps) when it is missing,
@@ -71,6 +73,10 @@ export HEDGESPEC_TEST_DEVICE=cuda
 run_step serve-tests-cuda 360 \
   python -m pytest -m serve tests/test_serving_server.py -q -x -p no:cacheprovider -rA --durations=10 || true
 grep -E "passed|failed|error" "$LOG_DIR/serve-tests-cuda.log" | tail -3 || true
+# sampled requests (T=0.8): the first two tokens' law vs the target's, plain SGLang and HEDGESPEC (its sampled
+# verification and the exact sampled gamma run only on CUDA)
+run_step sampled-law-cuda 150 \
+  python -m pytest -m serve tests/test_serving_sampled.py -q -p no:cacheprovider -rA || true
 
 # 4. launcher command line for CUDA
 run_step launcher-dry-run 60 python serve/launch.py pool=tiny dry_run=true workdir="$LOG_DIR/ckpt" || true

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,3 +45,38 @@ def generate_ids(base_url: str, ids: Sequence[int], new_tokens: int) -> dict:
     )
     with urllib.request.urlopen(req, timeout=300) as r:
         return json.load(r)
+
+
+# scripts/gpu_check.sh sets cuda: the serve tests then run the same checks on the GPU
+TEST_DEVICE = os.environ.get("HEDGESPEC_TEST_DEVICE", "cpu")
+# fp32 needs the triton attention backend; small graph batch sizes keep the server starts fast
+CUDA_ARGS = ["--attention-backend", "triton", "--cuda-graph-max-bs", "4", "--mem-fraction-static", "0.3"]
+
+
+def tiny_server(root: Path, target: str, drafters: Sequence[str], log: Path, selector: str = "hedgespec"):
+    """A started server for the tiny checkpoints under ``root`` (``target`` and the ``drafters`` directories made
+    by hedgespec.serving.tiny), chain K=3, fp32, on ``TEST_DEVICE``; the caller stops it."""
+    from hedgespec.serving.argv import build_plan
+    from hedgespec.serving.launch import ServerProcess
+
+    pool = {
+        "name": "test",
+        "target": "tiny",
+        "drafters": [{"name": d, "kind": "path", "path": str(root / d)} for d in drafters],
+    }
+    cfg = {
+        "pool": pool,
+        "selector": {"name": selector},
+        "device": TEST_DEVICE,
+        "host": "127.0.0.1",
+        "port": free_port(),
+        "decoding": {"mode": "chain", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
+        "max_running_requests": 16,
+        "max_total_tokens": 4096,
+        "dtype": "float32",
+        "workdir": str(root),
+        "extra_args": CUDA_ARGS if TEST_DEVICE == "cuda" else [],
+    }
+    plan = build_plan(cfg)
+    plan.argv[plan.argv.index("--model-path") + 1] = str(root / target)
+    return ServerProcess(plan, log, startup_timeout_s=400).start()

@@ -48,6 +48,13 @@ def test_tiny_cpu_plan_sets_every_speculative_flag(tiny_dir, capsys):
     assert worker["selector"] == "hedgespec" and worker["selector_kwargs"]["objective"] == "etap"
     assert str(CPU_SHIM_DIR) in plan.env["PYTHONPATH"] and plan.env["SGLANG_USE_CPU_ENGINE"] == "1"
     assert plan.openai_base_url == "http://127.0.0.1:30000/v1"
+    assert "note: on CPU SGLang verifies every speculative round greedily" in out
+
+
+def test_only_speculative_cpu_servers_carry_the_greedy_verification_note(tiny_dir):
+    assert not build_plan(_compose("pool=tiny", "device=cpu", "selector=none", f"workdir={tiny_dir}")).notes
+    assert not build_plan(_compose("pool=tiny", "device=cuda", f"workdir={tiny_dir}")).notes
+    assert len(build_plan(_compose("pool=tiny", "device=cpu", "selector=eagle", f"workdir={tiny_dir}")).notes) == 1
 
 
 def test_selector_eagle_is_stock_eagle3_with_the_generalist(tiny_dir):

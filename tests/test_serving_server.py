@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import os
 import re
-import socket
 import urllib.error
 import urllib.request
 from importlib.metadata import entry_points
@@ -20,17 +18,13 @@ from pathlib import Path
 import pytest
 from _engine_helpers import GREEDY, decoding
 from _requires import sglang_or_skip
-from _serve_helpers import hf_greedy
+from _serve_helpers import hf_greedy, tiny_server
 
-from hedgespec.serving.argv import build_plan
 from hedgespec.serving.launch import ServerProcess
 from hedgespec.serving.tiny import make_drafter, make_target
 
 pytestmark = [pytest.mark.serve, pytest.mark.timeout(900)]
 
-DEVICE = os.environ.get("HEDGESPEC_TEST_DEVICE", "cpu")  # scripts/gpu_check.sh sets cuda
-# fp32 needs the triton attention backend; small graph batch sizes keep the 5 server starts fast
-CUDA_ARGS = ["--attention-backend", "triton", "--cuda-graph-max-bs", "4", "--mem-fraction-static", "0.3"]
 PROMPTS = [[72, 101, 108, 108, 111], [40, 41, 42, 43, 44, 45, 46, 47], [200, 13, 77], [5] * 20]
 NEW_TOKENS = 20
 
@@ -58,34 +52,8 @@ def ckpt(tmp_path_factory) -> Path:
     return root
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _server(root: Path, target: str, drafters: list[str], log: Path, selector: str = "hedgespec") -> ServerProcess:
-    pool = {
-        "name": "test",
-        "target": "tiny",
-        "drafters": [{"name": d, "kind": "path", "path": str(root / d)} for d in drafters],
-    }
-    cfg = {
-        "pool": pool,
-        "selector": {"name": selector},
-        "device": DEVICE,
-        "host": "127.0.0.1",
-        "port": _port(),
-        "decoding": {"mode": "chain", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
-        "max_running_requests": 16,
-        "max_total_tokens": 4096,
-        "dtype": "float32",
-        "workdir": str(root),
-        "extra_args": CUDA_ARGS if DEVICE == "cuda" else [],
-    }
-    plan = build_plan(cfg)
-    plan.argv[plan.argv.index("--model-path") + 1] = str(root / target)
-    return ServerProcess(plan, log, startup_timeout_s=400).start()
+    return tiny_server(root, target, drafters, log, selector)
 
 
 def _generate(

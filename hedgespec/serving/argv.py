@@ -70,6 +70,18 @@ class ServePlan:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def notes(self) -> list[str]:
+        """What a user of this server should know about its output (printed by ``serve/launch.py``)."""
+        cpu = "--device" in self.argv[:-1] and self.argv[self.argv.index("--device") + 1] == "cpu"
+        if cpu and self.algorithm != "NONE":
+            return [
+                "on CPU SGLang verifies every speculative round greedily: requests with temperature > 0 get the "
+                "target's greedy continuation after their first token, not a sample (use selector=none to sample "
+                "on CPU)"
+            ]
+        return []
+
+    @property
     def openai_base_url(self) -> str:
         return f"{self.base_url}/v1"
 

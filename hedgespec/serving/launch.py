@@ -125,6 +125,8 @@ def serve(cfg: Any) -> ServePlan:
     """Run the server described by a composed ``conf/serve.yaml`` (or print it with ``dry_run=true``)."""
     dry_run = bool(cfg.get("dry_run", False))
     plan = build_plan(cfg, prepare=not dry_run)  # a dry run converts nothing: it prints where the target is read
+    for note in plan.notes:
+        print(f"note: {note}", flush=True)
     if dry_run:
         print(plan.command())
         return plan
