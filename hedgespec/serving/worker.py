@@ -459,8 +459,9 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         out = self.verify(batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
         if on_publish is not None:
             on_publish(out.new_seq_lens)
-        law = verify_law(batch, out, self.speculative_num_draft_tokens)  # None: verified greedily
         t2 = time.perf_counter()
+        # the feedback's cost counts as evaluation: the law γ reads (None: verified greedily), the draft-extends
+        law = verify_law(batch, out, self.speculative_num_draft_tokens)
         argmaxes = self._evaluate(batch, out, verify_input, rows, req_rows)
         t3 = time.perf_counter()
 
