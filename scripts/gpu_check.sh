@@ -10,7 +10,9 @@
 #    transformers greedy for pools of 1/2/3 tiny drafters, selection moves to the agreeing drafter, 16 concurrent
 #    requests keep their own selector state, a malformed request gets a 4xx, stock EAGLE-3 greedy == greedy;
 #    then tests/test_serving_sampled.py: at T=0.8 the first two tokens of 3000 seeded requests follow the
-#    target's law (chi-square per token), plain SGLang and HEDGESPEC with two drafters
+#    target's law (chi-square per token), plain SGLang and HEDGESPEC with two drafters; then
+#    scripts/shapes_bench.py: HEDGESPEC with 8 heads vs stock EAGLE-3 at Llama-3.1-8B shapes (dummy weights,
+#    equal simulated acceptance), tok/s at bs 1/16/64 and round cost as HEDGESPEC / stock ratios
 # 4. `python serve/launch.py pool=tiny dry_run=true` (the launcher's CUDA command line)
 # 5. a 2-step SpecForge training smoke on the tiny target on one GPU (`train/run.py ... train.device=cuda`):
 #    installs SpecForge as scripts/install.d/30-train.sh does (pinned wheel, --no-deps) when it is missing,
@@ -77,6 +79,12 @@ grep -E "passed|failed|error" "$LOG_DIR/serve-tests-cuda.log" | tail -3 || true
 # verification and the exact sampled gamma run only on CUDA)
 run_step sampled-law-cuda 150 \
   python -m pytest -m serve tests/test_serving_sampled.py -q -p no:cacheprovider -rA || true
+
+# 3b. HEDGESPEC (8 heads) vs stock EAGLE-3 at Llama-3.1-8B shapes: dummy weights, equal simulated acceptance
+#     (3 tokens per round), bs 1/16/64 x 256 tokens; startup, KV tokens, peak memory, tok/s and round cost ratios
+run_step shapes-llama8b 300 python scripts/shapes_bench.py --shape llama8b --device cuda \
+  --workdir "$LOG_DIR/shapes" --out "$LOG_DIR/shapes_llama8b.json" || true
+cat "$LOG_DIR/shapes_llama8b.md" 2>/dev/null || true
 
 # 4. launcher command line for CUDA
 run_step launcher-dry-run 60 python serve/launch.py pool=tiny dry_run=true workdir="$LOG_DIR/ckpt" || true

@@ -1,0 +1,376 @@
+"""HEDGESPEC against stock EAGLE-3 at a real model's shapes: dummy weights, simulated acceptance, one table.
+
+What a round costs depends on the shapes (target and head sizes, draft vocabulary, N) and on the serving path
+(kernels, CUDA graphs, memory reserve), not on trained weights. So the servers are started on checkpoints that
+hold only a ``config.json`` (``--load-format dummy``: SGLang fills the weights itself, nothing is downloaded)
+and with SGLang's own ``SGLANG_SIMULATE_ACC_LEN``, which makes every verification accept the same number of
+tokens for both servers. Then the two differ only in what each round does: stock EAGLE-3 drafts and
+draft-extends with one head; HEDGESPEC selects, drafts with the chosen head, and draft-extends all N.
+
+For each server (started, measured, stopped in turn): startup time (process start to ``/health_generate``),
+the KV-cache size SGLang allocated (``/server_info`` ``max_total_num_tokens``), peak memory while serving (GPU
+memory in use on CUDA, from ``nvidia-smi``; resident memory of the server's processes on CPU), and output
+tokens/s at each batch size: one ``/generate`` call with B prompts of random ids, ``new_tokens`` each, EOS
+ignored, after one warm-up call at that batch size. Every row carries HEDGESPEC / stock ratios.
+``scripts/shapes_bench.py`` is the entry point; ``scripts/gpu_check.sh`` runs it at Llama-3.1-8B shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hedgespec.pools import DrafterEntry, PoolManifest, TargetInfo, save_pool
+from hedgespec.serving.argv import ServePlan, build_plan
+from hedgespec.serving.launch import ServerProcess
+from hedgespec.serving.loadtest import RssSampler
+
+# Llama-3.1-8B-Instruct's config.json (shapes and rope only) and the EAGLE-3 head SGLang's examples serve for it
+# (one decoder layer, the target's attention shapes, a 32000-token draft vocabulary, SpecForge's aux layers).
+_LLAMA8B_ROPE = {
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A target's shapes and its EAGLE-3 head's (``registry`` names the conf/target/ entry, for the manifest)."""
+
+    registry: str
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    draft_vocab: int
+    max_positions: int
+    rope: dict[str, Any] = field(default_factory=dict)
+    aux: tuple[int, ...] | None = None  # None: SpecForge's default capture layers for ``layers``
+
+    @property
+    def aux_layer_ids(self) -> list[int]:
+        from hedgespec.training.features import default_aux_layer_ids
+
+        return list(self.aux) if self.aux is not None else default_aux_layer_ids(self.layers)
+
+    def target_config(self) -> dict[str, Any]:
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": self.hidden,
+            "intermediate_size": self.intermediate,
+            "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab,
+            "max_position_embeddings": self.max_positions,
+            "rms_norm_eps": 1e-5,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "torch_dtype": "bfloat16",
+            **self.rope,
+        }
+
+    def drafter_config(self) -> dict[str, Any]:
+        from hedgespec.fixtures import drafter_config
+
+        return drafter_config(
+            hidden_size=self.hidden,
+            intermediate_size=self.intermediate,
+            num_heads=self.heads,
+            num_kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            vocab_size=self.vocab,
+            draft_vocab_size=self.draft_vocab,
+            aux_layer_ids=self.aux_layer_ids,
+            max_position_embeddings=self.max_positions,
+            rms_norm_eps=1e-5,
+            rope=self.rope,
+            extra={"torch_dtype": "bfloat16"},
+        )
+
+
+SHAPES: dict[str, Shape] = {
+    "llama8b": Shape("llama8b", 4096, 14336, 32, 32, 8, 128, 128256, 32000, 131072, _LLAMA8B_ROPE),
+    # the serve tests' tiny target's shapes (SGLang captures layers 0..L-2 only), with a draft vocabulary smaller
+    # than the target's (a d2t map)
+    "tiny": Shape("tiny", 64, 128, 4, 4, 2, 16, 259, 128, 1024, aux=(0, 1, 2)),
+}
+
+
+def shape(name: str) -> Shape:
+    if name not in SHAPES:
+        raise ValueError(f"shape={name!r}: expected one of {sorted(SHAPES)}")
+    return SHAPES[name]
+
+
+def write_checkpoints(sh: Shape, root: Path, n_drafters: int) -> tuple[Path, Path]:
+    """Config-only target and ``n_drafters`` drafter directories under ``root`` and a pool manifest that lists
+    them; returns (target dir, manifest path)."""
+    if n_drafters < 1:
+        raise ValueError(f"drafters={n_drafters}: a pool needs at least one drafter")
+    if root.exists():
+        shutil.rmtree(root)
+    target = root / "target"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text(json.dumps(sh.target_config(), indent=1))
+    entries = []
+    for i in range(n_drafters):
+        d = root / f"d{i}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(sh.drafter_config(), indent=1))
+        entries.append(
+            DrafterEntry(
+                name=f"d{i}",
+                domain="general" if i == 0 else f"expert{i}",
+                path=d.name,
+                target_hash="dummy",
+                vocab_mapping_hash="dummy",
+                draft_vocab_size=sh.draft_vocab,
+                aux_layer_ids=tuple(sh.aux_layer_ids),
+                data_manifest_hash="dummy",
+            )
+        )
+    info = TargetInfo(sh.registry, "dummy", sh.hidden, sh.vocab, sh.layers)
+    manifest = save_pool(PoolManifest(f"shapes-{sh.registry}", info, {}, tuple(entries), root), root / "pool.yaml")
+    return target, manifest
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One comparison's settings (the same for both servers)."""
+
+    device: str = "cuda"
+    n_drafters: int = 8
+    num_steps: int = 3
+    batch_sizes: tuple[int, ...] = (1, 16, 64)
+    new_tokens: int = 256
+    prompt_tokens: int = 128
+    accept_len: float = 3.0
+    dtype: str = "bfloat16"
+    max_total_tokens: int | None = None  # None: SGLang sizes the KV cache from free memory
+    port: int = 31000
+    startup_timeout_s: float = 600.0
+    extra_args: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        if self.device not in ("cuda", "cpu"):
+            raise ValueError(f"device={self.device!r}: expected cuda or cpu")
+        for name, v, lo in (
+            ("num_steps", self.num_steps, 1),
+            ("new_tokens", self.new_tokens, 1),
+            ("prompt_tokens", self.prompt_tokens, 1),
+        ):
+            if v < lo:
+                raise ValueError(f"{name}={v}: must be >= {lo}")
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise ValueError(f"batch_sizes={list(self.batch_sizes)}: need batch sizes >= 1")
+        if not 1.0 <= self.accept_len <= self.num_steps + 1:
+            raise ValueError(
+                f"accept_len={self.accept_len}: the simulated tokens per round must lie in [1, num_steps + 1 = "
+                f"{self.num_steps + 1}]"
+            )
+
+
+def server_plan(sh: Shape, root: Path, target: Path, manifest: Path, selector: str, s: Settings) -> ServePlan:
+    """The serve plan (the launcher's own ``build_plan``) of one server on the dummy checkpoints; on CUDA both
+    servers capture graphs up to the largest batch size measured (N drafters' graphs otherwise take minutes)."""
+    graphs = ["--cuda-graph-max-bs", str(max(s.batch_sizes))] if s.device == "cuda" else []
+    cfg = {
+        "pool": {
+            "name": f"shapes-{sh.registry}",
+            "target": sh.registry,
+            "manifest": str(manifest),
+            "target_path": str(target),
+        },
+        "selector": {"name": selector},
+        "device": s.device,
+        "host": "127.0.0.1",
+        "port": s.port,
+        "decoding": {"mode": "chain", "num_steps": s.num_steps, "topk": 1, "num_draft_tokens": s.num_steps + 1},
+        "max_running_requests": max(s.batch_sizes),
+        "max_total_tokens": s.max_total_tokens,
+        "dtype": s.dtype,
+        "workdir": str(root),
+        "extra_args": ["--load-format", "dummy", "--skip-tokenizer-init", *graphs, *s.extra_args],
+    }
+    plan = build_plan(cfg)
+    # SGLang's default method, named: a round accepts floor or ceil of accept_len (exactly it when an integer)
+    plan.env.update(SGLANG_SIMULATE_ACC_LEN=f"{s.accept_len:g}", SGLANG_SIMULATE_ACC_METHOD="match-expected")
+    return plan
+
+
+def _post(url: str, body: dict[str, Any], timeout: float = 1800.0) -> Any:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.load(r)
+
+
+def batch_tokens_per_s(base_url: str, b: int, s: Settings, vocab: int, seed: int) -> dict[str, Any]:
+    """One ``/generate`` call with ``b`` random-id prompts; output tokens per second of wall time."""
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(10, vocab, size=(b, s.prompt_tokens)).tolist()
+    sp = {"temperature": 0, "max_new_tokens": s.new_tokens, "ignore_eos": True}
+    t0 = time.perf_counter()
+    outs = _post(base_url + "/generate", {"input_ids": prompts, "sampling_params": sp})
+    wall = time.perf_counter() - t0
+    outs = outs if isinstance(outs, list) else [outs]
+    tokens = sum(len(o["output_ids"]) for o in outs)
+    accept = [o["meta_info"].get("spec_accept_length") for o in outs]
+    accept = [float(a) for a in accept if a is not None]
+    return {
+        "batch": b,
+        "output_tokens": tokens,
+        "wall_s": round(wall, 3),
+        "tok_per_s": tokens / wall,
+        "accept_length": float(np.mean(accept)) if accept else None,
+    }
+
+
+class PeakMemory:
+    """Peak of ``read()`` (bytes), sampled in a thread every ``period_s``."""
+
+    def __init__(self, read: Callable[[], int], period_s: float = 0.5) -> None:
+        self.read, self.period_s, self.peak = read, period_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.peak = max(self.peak, int(self.read()))
+            except Exception:  # noqa: BLE001 - a failed reading (process gone, tool missing) is skipped
+                pass
+            if self._stop.wait(self.period_s):
+                return
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def gpu_memory_used() -> int:
+    """Bytes of GPU memory in use on the first visible GPU (``nvidia-smi``)."""
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    return int(out.split()[0]) * 2**20
+
+
+def measure_server(plan: ServePlan, s: Settings, vocab: int, log: Path, startup_timeout_s: float) -> dict[str, Any]:
+    """Start one server, measure it (module docstring), stop it."""
+    t0 = time.perf_counter()
+    srv = ServerProcess(plan, log, startup_timeout_s).start()
+    try:
+        startup = time.perf_counter() - t0
+        with urllib.request.urlopen(plan.base_url + "/server_info", timeout=60) as r:
+            info = json.load(r)
+        read = gpu_memory_used if s.device == "cuda" else RssSampler(srv.proc.pid).rss
+        rows = []
+        with PeakMemory(read) as mem:
+            for b in s.batch_sizes:
+                warm = dataclasses.replace(s, new_tokens=min(s.new_tokens, 16))
+                batch_tokens_per_s(plan.base_url, b, warm, vocab, seed=b + 1000)  # warm-up (graphs, allocator)
+                rows.append(batch_tokens_per_s(plan.base_url, b, s, vocab, seed=b))
+        return {
+            "algorithm": plan.algorithm,
+            "selector": plan.selector,
+            "drafters": len(plan.drafter_names),
+            "startup_s": round(startup, 1),
+            "kv_tokens": info.get("max_total_num_tokens"),
+            "peak_memory_gib": round(mem.peak / 2**30, 2),
+            "batches": rows,
+        }
+    finally:
+        srv.stop()
+
+
+def ratios(stock: dict[str, Any], hedge: dict[str, Any]) -> dict[str, Any]:
+    """HEDGESPEC / stock for startup, KV tokens, memory, and per batch size tokens/s and round cost."""
+
+    def div(a: Any, b: Any) -> float | None:
+        return None if a in (None, 0) or b in (None, 0) else float(a) / float(b)
+
+    per_batch = []
+    for h, st in zip(hedge["batches"], stock["batches"]):
+        tps = div(h["tok_per_s"], st["tok_per_s"])
+        # a round's cost ∝ accepted tokens per round / tokens per second (equal simulated acceptance)
+        al_h, al_s = h["accept_length"], st["accept_length"]
+        cost = None if None in (tps, al_h, al_s) else (al_h / al_s) / tps
+        per_batch.append({"batch": h["batch"], "tok_per_s": tps, "round_cost": cost})
+    return {
+        "startup_s": div(hedge["startup_s"], stock["startup_s"]),
+        "kv_tokens": div(hedge["kv_tokens"], stock["kv_tokens"]),
+        "peak_memory": div(hedge["peak_memory_gib"], stock["peak_memory_gib"]),
+        "batches": per_batch,
+    }
+
+
+def compare(name: str, s: Settings, workdir: Path, selectors: Sequence[str] = ("eagle", "hedgespec")) -> dict[str, Any]:
+    """Both servers at ``name``'s shapes, one after the other; the JSON record (module docstring)."""
+    s.check()
+    sh = shape(name)
+    target, manifest = write_checkpoints(sh, workdir / f"ckpt-{name}", s.n_drafters)
+    runs = {}
+    for sel in selectors:
+        plan = server_plan(sh, workdir, target, manifest, sel, s)
+        runs[sel] = measure_server(plan, s, sh.vocab, workdir / f"{sel}.log", s.startup_timeout_s)
+    settings = {**dataclasses.asdict(s), "batch_sizes": list(s.batch_sizes), "extra_args": list(s.extra_args)}
+    out = {"shape": name, "settings": settings, "servers": runs}
+    if {"eagle", "hedgespec"} <= runs.keys():
+        out["hedgespec_over_stock"] = ratios(runs["eagle"], runs["hedgespec"])
+    return out
+
+
+def _fmt(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}"
+
+
+def table(result: dict[str, Any]) -> str:
+    """The record as a markdown table: one row per server and batch size, HEDGESPEC's ratios to stock."""
+    lines = [
+        "| server | batch | tok/s | accept length | × stock tok/s | round cost × stock | startup s | KV tokens "
+        "| peak GiB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    rat = result.get("hedgespec_over_stock")
+    for sel, run in result["servers"].items():
+        for j, row in enumerate(run["batches"]):
+            r = rat["batches"][j] if rat is not None and sel == "hedgespec" else {}
+            lines.append(
+                f"| {run['algorithm']} ({sel}) | {row['batch']} | {row['tok_per_s']:.1f} | "
+                f"{_fmt(row['accept_length'])} | {_fmt(r.get('tok_per_s'))} | {_fmt(r.get('round_cost'))} | "
+                f"{run['startup_s']} | {run['kv_tokens']} | {run['peak_memory_gib']} |"
+            )
+    return "\n".join(lines)

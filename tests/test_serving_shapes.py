@@ -1,0 +1,109 @@
+"""scripts/shapes_bench.py's library (hedgespec/serving/shapes.py): dummy checkpoints at a real model's shapes
+that the launcher accepts, the plans both servers get, the ratios, and (marked ``serve``) the whole comparison
+on CPU at the tiny shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _requires import sglang_or_skip
+
+from hedgespec.pools import load_pool
+from hedgespec.serving.shapes import SHAPES, Settings, compare, ratios, server_plan, shape, table, write_checkpoints
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_llama8b_checkpoints_have_its_shapes_and_the_launcher_accepts_them(tmp_path):
+    sh = shape("llama8b")
+    target, manifest = write_checkpoints(sh, tmp_path / "ckpt", 8)
+    tcfg = json.loads((target / "config.json").read_text())
+    assert (tcfg["hidden_size"], tcfg["num_hidden_layers"], tcfg["vocab_size"]) == (4096, 32, 128256)
+    assert tcfg["rope_scaling"]["rope_type"] == "llama3" and not list(target.glob("*.safetensors"))
+    pool = load_pool(manifest, check_files=False)
+    assert pool.names == [f"d{i}" for i in range(8)]
+    dcfg = json.loads((pool.drafter_path("d3") / "config.json").read_text())
+    assert dcfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 15, 28]
+    assert dcfg["draft_vocab_size"] == 32000 and dcfg["num_hidden_layers"] == 1
+    s = Settings(device="cuda", n_drafters=8)
+    hedge = server_plan(sh, tmp_path, target, manifest, "hedgespec", s)  # the launcher's own checks pass
+    stock = server_plan(sh, tmp_path, target, manifest, "eagle", s)
+    assert hedge.algorithm == "HEDGESPEC" and stock.algorithm == "EAGLE3"
+    assert len(json.loads(hedge.env["HEDGESPEC_CONFIG"])["drafters"]) == 8 and stock.drafter_names == ["d0"]
+    for plan in (hedge, stock):
+        a = plan.argv
+        assert _flag(a, "--load-format") == "dummy" and "--skip-tokenizer-init" in a
+        assert _flag(a, "--model-path") == str(target) and _flag(a, "--speculative-num-steps") == "3"
+        assert plan.env["SGLANG_SIMULATE_ACC_LEN"] == "3" and _flag(a, "--max-running-requests") == "64"
+        assert plan.env["SGLANG_SIMULATE_ACC_METHOD"] == "match-expected" and _flag(a, "--cuda-graph-max-bs") == "64"
+
+
+def test_ratios_are_hedgespec_over_stock():
+    def run(tps, al, start, kv, mem):
+        return {
+            "startup_s": start,
+            "kv_tokens": kv,
+            "peak_memory_gib": mem,
+            "batches": [{"batch": 1, "tok_per_s": tps, "accept_length": al}],
+        }
+
+    got = ratios(run(100.0, 3.0, 20.0, 1000, 10.0), run(80.0, 3.0, 30.0, 900, 12.0))
+    assert got["startup_s"] == pytest.approx(1.5) and got["kv_tokens"] == pytest.approx(0.9)
+    assert got["peak_memory"] == pytest.approx(1.2)
+    assert got["batches"][0]["tok_per_s"] == pytest.approx(0.8)
+    assert got["batches"][0]["round_cost"] == pytest.approx(1.25)  # same tokens per round, 0.8x the rate
+    # unequal simulated acceptance: the round cost corrects for it
+    got = ratios(run(100.0, 2.0, 1, 1, 1), run(150.0, 4.0, 1, 1, 1))
+    assert got["batches"][0]["round_cost"] == pytest.approx((4.0 / 2.0) / 1.5)
+
+
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"device": "tpu"}, "device='tpu'"),
+        ({"accept_len": 5.0, "num_steps": 3}, "accept_len=5.0"),
+        ({"batch_sizes": ()}, "batch_sizes"),
+        ({"new_tokens": 0}, "new_tokens=0"),
+    ],
+)
+def test_bad_settings_are_named(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        Settings(**kw).check()
+
+
+def test_bad_shape_and_pool_size_are_named(tmp_path):
+    with pytest.raises(ValueError, match="shape='llama70b'"):
+        shape("llama70b")
+    with pytest.raises(ValueError, match="drafters=0"):
+        write_checkpoints(SHAPES["tiny"], tmp_path / "c", 0)
+
+
+@pytest.mark.serve
+@pytest.mark.timeout(900)
+def test_tiny_shapes_compare_both_servers_on_cpu(tmp_path):
+    """The whole comparison at the tiny shapes on CPU: both servers start on config-only checkpoints, serve every
+    batch with the same simulated acceptance, and the record and table carry the ratios."""
+    sglang_or_skip()
+    s = Settings(
+        device="cpu",
+        n_drafters=2,
+        batch_sizes=(1, 2),
+        new_tokens=12,
+        prompt_tokens=8,
+        dtype="float32",
+        max_total_tokens=4096,
+    )
+    got = compare("tiny", s, tmp_path)
+    stock, hedge = got["servers"]["eagle"], got["servers"]["hedgespec"]
+    assert (stock["algorithm"], hedge["algorithm"], hedge["drafters"]) == ("EAGLE3", "HEDGESPEC", 2)
+    for run in (stock, hedge):
+        assert [r["batch"] for r in run["batches"]] == [1, 2] and run["kv_tokens"] == 4096
+        assert [r["output_tokens"] for r in run["batches"]] == [12, 24]
+        assert all(1.0 < r["accept_length"] <= 4.0 for r in run["batches"])
+    assert [r["accept_length"] for r in hedge["batches"]] == [r["accept_length"] for r in stock["batches"]]
+    rat = got["hedgespec_over_stock"]["batches"]
+    assert rat[1]["tok_per_s"] == pytest.approx(hedge["batches"][1]["tok_per_s"] / stock["batches"][1]["tok_per_s"])
+    assert "HEDGESPEC (hedgespec) | 2 |" in table(got)
