@@ -107,3 +107,15 @@ def test_tiny_shapes_compare_both_servers_on_cpu(tmp_path):
     rat = got["hedgespec_over_stock"]["batches"]
     assert rat[1]["tok_per_s"] == pytest.approx(hedge["batches"][1]["tok_per_s"] / stock["batches"][1]["tok_per_s"])
     assert "HEDGESPEC (hedgespec) | 2 |" in table(got)
+
+
+def test_script_refuses_bad_settings_before_starting_anything(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "shapes_bench.py"
+    spec = importlib.util.spec_from_file_location("shapes_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--shape", "tiny", "--accept-len", "9", "--workdir", "unused"]) == 2
+    assert "accept_len=9.0" in capsys.readouterr().err
