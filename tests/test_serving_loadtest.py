@@ -144,3 +144,33 @@ def test_short_load_test_of_the_tiny_server(tmp_path: Path) -> None:
         assert p["completed"] == p["sent"]
     assert res["histograms"]["histogram_mismatches"] == 0 and res["histograms"]["requests"] == 4
     assert res["soak"]["sent"] == 24 and res["soak"]["rss"]["samples"] > 0
+
+
+def test_compare_table_lists_the_hedgespec_round_phases() -> None:
+    from hedgespec.serving.compare import table
+
+    row = {
+        "label": "hs", "concurrency": 1, "output_tokens_per_s": 10.0, "x_plain": 0.8, "accept_length": 1.5,
+        "outputs_equal_plain": 2, "failed": 0, "mean_itl_ms": 50.0,
+    }  # fmt: skip
+    share = {"draft": 0.1, "verify": 0.6, "evaluate": 0.25, "update": 0.05}
+    res = {"prompts": 2, "rows": [row], "round_phases": {"hs": {"rounds": 12, "ms_per_round": 80.0, "share": share}}}
+    assert "| hs | 12 | 80.0 | 10.0% | 60.0% | 25.0% | 5.0% |" in table(res)
+    assert "round" not in table({**res, "round_phases": {}}).split("\n")[-1]
+
+
+@pytest.mark.serve
+@pytest.mark.timeout(900)
+def test_round_phases_of_the_tiny_hedgespec_server(tmp_path: Path) -> None:
+    """The probe reads each request's ``hedgespec_round_time_s``: the shares of the four phases add up to 1, and
+    its rounds are the requests' own verification rounds."""
+    sglang_or_skip()
+    from hedgespec.serving.compare import round_phases
+    from hedgespec.serving.launch import ServerProcess
+
+    plan = build_plan(_compose("serve", "pool=tiny", "device=cpu", f"workdir={tmp_path}", "port=31789"))
+    with ServerProcess(plan, tmp_path / "server.log", 400):
+        got = round_phases(plan, ["def add(a, b):", "SELECT name FROM", "unused"], 8)
+    assert got["requests"] == 3 and got["rounds"] >= 2 * 3  # 8 tokens, at most K + 1 = 4 per round
+    assert sum(got["share"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert got["share"]["verify"] > 0 and got["share"]["evaluate"] > 0 and got["ms_per_round"] > 0

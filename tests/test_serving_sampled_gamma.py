@@ -285,6 +285,9 @@ def test_worker_feeds_the_selectors_the_sampled_gamma(worker, monkeypatch):
         def observe(self, records, choice, drafted, emitted, gamma, timings):
             seen.update(gamma=gamma, emitted=emitted)
 
+        def add_time(self, records, timings):
+            seen.update(timings=timings)
+
         def info(self, rec):
             return {}
 
@@ -306,5 +309,5 @@ def test_worker_feeds_the_selectors_the_sampled_gamma(worker, monkeypatch):
                 tok = first[j, i] if u == 0 else int(argmaxes[i][j, u - 1])
                 want = 0.0 if i == 1 else numpy_accept(ref[j, u, tok], 1.0, 0.5)
                 assert seen["gamma"][j, u, i] == pytest.approx(want, abs=1e-6)
-    assert seen["emitted"].tolist() == [1, 2, 3, 1]
+    assert seen["emitted"].tolist() == [1, 2, 3, 1] and seen["timings"]["update"] >= 0.0
     assert reqs[0].customized_info["hedgespec_dropped"] == ["b"]

@@ -184,7 +184,23 @@ def test_rows_grow_and_slots_are_reused():
     table.end(recs[0])
     again = table.begin("r5")
     assert again.slot >= 0 and again.row >= 0
-    assert table.info(again) == {"hedgespec_histogram": [0, 0, 0], "hedgespec_weights": [], "hedgespec_rounds": [0]}
+    assert table.info(again) == {
+        "hedgespec_histogram": [0, 0, 0],
+        "hedgespec_weights": [],
+        "hedgespec_rounds": [0],
+        "hedgespec_round_time_s": [0.0, 0.0, 0.0, 0.0],
+    }
+
+
+def test_round_times_add_up_per_request_and_start_afresh():
+    table = WorkerSelection("hedgespec", {}, 3, 2)
+    a, b = table.begin("a"), table.begin("b")
+    table.add_time([a, b], {"draft": 0.5, "verify": 1.0, "evaluate": 0.25})  # no update time: 0
+    table.add_time([b], {"draft": 0.125, "verify": 0.5, "evaluate": 0.5, "update": 0.0625})
+    assert table.info(a)["hedgespec_round_time_s"] == [0.5, 1.0, 0.25, 0.0]
+    assert table.info(b)["hedgespec_round_time_s"] == [0.625, 1.5, 0.75, 0.0625]
+    table.end(a)
+    assert table.info(table.begin("c"))["hedgespec_round_time_s"] == [0.0, 0.0, 0.0, 0.0]
 
 
 def test_bad_selector_fails_at_construction_naming_it():

@@ -94,6 +94,8 @@ def test_greedy_equals_non_speculative_greedy(random_server, reference):
         assert len(meta["hedgespec_histogram"]) == n
         assert sum(meta["hedgespec_histogram"]) == meta["hedgespec_rounds"][0] == meta["spec_verify_ct"]
         assert meta["hedgespec_selector"] == ["hedgespec"] and len(meta["hedgespec_weights"]) == n
+        draft, verify, evaluate, update = meta["hedgespec_round_time_s"]  # the request's rounds, per phase
+        assert min(draft, verify, evaluate, update) >= 0.0 and verify > 0.0 and evaluate > 0.0
 
 
 def test_concurrent_requests_keep_their_own_selector_state(random_server):

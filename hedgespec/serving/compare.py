@@ -15,7 +15,7 @@ import copy
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,36 @@ def accept_length(plan: ServePlan) -> float | None:
     return None if value is None else float(value)
 
 
+PROBE_PROMPTS = 4  # requests of the round-phase probe (one at a time)
+
+
+def round_phases(plan: ServePlan, prompts: Sequence[str], output_len: int) -> dict[str, Any]:
+    """Where a HEDGESPEC server's rounds spend their time: the first :data:`PROBE_PROMPTS` prompts sent one at a
+    time (greedy, exactly ``output_len`` tokens), their ``hedgespec_round_time_s`` meta fields summed; each phase's
+    share of the round (select + draft, verify, evaluate, update; :data:`hedgespec.serving.selection.PHASES`)."""
+    from hedgespec.serving.selection import PHASES
+
+    total = [0.0] * len(PHASES)
+    rounds = 0
+    for text in list(prompts)[:PROBE_PROMPTS]:
+        sp = {"temperature": 0, "max_new_tokens": int(output_len), "ignore_eos": True}
+        body = {"text": text, "sampling_params": sp}
+        req = urllib.request.Request(
+            plan.base_url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=600) as fh:
+            meta = json.loads(fh.read())["meta_info"]
+        total = [a + float(b) for a, b in zip(total, meta["hedgespec_round_time_s"])]
+        rounds += int(meta["hedgespec_rounds"][0])
+    whole = sum(total)
+    return {
+        "requests": min(len(prompts), PROBE_PROMPTS),
+        "rounds": rounds,
+        "ms_per_round": round(1000.0 * whole / rounds, 2) if rounds else None,
+        "share": {k: round(v / whole, 4) if whole else None for k, v in zip(PHASES, total)},
+    }
+
+
 def _check_entries(entries: Any) -> list[dict[str, Any]]:
     entries = [dict(e) for e in (entries or [])]
     labels = [str(e.get("label", "")) for e in entries]
@@ -88,7 +118,7 @@ def run_compare(
         int(cc["max_prompt_tokens"]),
     )
     data = sharegpt_file(prompts, run_dir / "prompts.sharegpt.json")
-    rows, outputs = [], {}
+    rows, outputs, phases = [], {}, {}
     for e in entries:
         plan = plans[e["label"]]
         t0 = time.monotonic()
@@ -104,6 +134,8 @@ def run_compare(
                 if on_row is not None:
                     on_row(rows[-1])
             mat = accept_length(plan)
+            if plan.algorithm == "HEDGESPEC":  # after the passes, so SGLang's accept length is the client's
+                phases[e["label"]] = round_phases(plan, prompts, int(cc["output_len"]))
         for r in rows:
             if r["label"] == e["label"]:
                 r["accept_length"] = mat
@@ -114,6 +146,7 @@ def run_compare(
         "prompts": len(prompts),
         "output_len": int(cc["output_len"]),
         "rows": rows,
+        "round_phases": phases,
     }
 
 
@@ -163,4 +196,17 @@ def table(res: Mapping[str, Any]) -> str:
             f"| {r['label']} | {r['concurrency']} | {r['output_tokens_per_s']:.2f} | {r['x_plain']:.2f} | {mat} | "
             f"{r['outputs_equal_plain']}/{res['prompts']} | {r['failed']} | {r['mean_itl_ms']:.0f} |"
         )
+    phases = res.get("round_phases") or {}
+    if phases:
+        lines += [
+            "",
+            "HEDGESPEC round, share of its time per phase (probe: requests one at a time, greedy):",
+            "",
+            "| server | rounds | ms / round | select + draft | verify | evaluate | update |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for label, ph in phases.items():
+            sh = ph["share"]
+            cells = " | ".join("–" if sh[k] is None else f"{100 * sh[k]:.1f}%" for k in sh)
+            lines.append(f"| {label} | {ph['rounds']} | {ph['ms_per_round']} | {cells} |")
     return "\n".join(lines)

@@ -44,6 +44,10 @@ from hedgespec.selectors import (
 from hedgespec.serving.rounds_batched import greedy_gamma_batch
 from hedgespec.types import Decision, RequestContext, RoundFeedback
 
+#: the phases of a worker round, in the order of the ``hedgespec_round_time_s`` meta field: select + draft,
+#: target verification, evaluation (the sampled law and every drafter's draft-extend), selector update
+PHASES = ("draft", "verify", "evaluate", "update")
+
 #: selector name → (batched class, fixed options); the per-request selector of the same name decides the same
 BATCHED: dict[str, tuple[type[SlotBatch], dict[str, Any]]] = {
     "hedgespec": (BatchedHedgeSpec, {}),
@@ -177,6 +181,7 @@ class WorkerSelection:
         self.rounds = np.zeros(0, dtype=np.int64)
         self.generated = np.zeros(0, dtype=np.int64)
         self.weights = np.zeros((0, self.n))  # NaN rows: the last decision had no distribution
+        self.time_s = np.zeros((0, len(PHASES)))  # seconds of the rounds the request was in, per phase
         self._grow(max(int(capacity), 1))
 
     def _grow(self, rows: int) -> None:
@@ -186,6 +191,7 @@ class WorkerSelection:
         self.rounds = np.concatenate([self.rounds, np.zeros(extra, dtype=np.int64)])
         self.generated = np.concatenate([self.generated, np.zeros(extra, dtype=np.int64)])
         self.weights = np.concatenate([self.weights, np.full((extra, self.n), np.nan)])
+        self.time_s = np.concatenate([self.time_s, np.zeros((extra, len(PHASES)))])
         self._free_rows = list(range(rows - 1, self._rows - 1, -1)) + self._free_rows
         self._rows = rows
 
@@ -199,6 +205,7 @@ class WorkerSelection:
         self.histogram[row] = 0
         self.rounds[row] = self.generated[row] = 0
         self.weights[row] = np.nan
+        self.time_s[row] = 0.0
         ctx = RequestContext(request_id=str(rid))
         if self._free_slots:
             slot = self._free_slots.pop()
@@ -298,11 +305,17 @@ class WorkerSelection:
         """Drafter ``j``'s proposal for the next first token of the requests at ``rows`` (:meth:`rows`)."""
         self.first_pred[rows, j] = preds
 
+    def add_time(self, records: Sequence[Record], timings: dict[str, float]) -> None:
+        """Add one round's phase times (seconds; keys of :data:`PHASES`, missing ones 0) to every request in it."""
+        self.time_s[self.rows(records)] += [float(timings.get(k, 0.0)) for k in PHASES]
+
     def info(self, rec: Record) -> dict[str, list]:
-        """The request's meta_info fields (``hedgespec_histogram``, ``hedgespec_weights``, ``hedgespec_rounds``)."""
+        """The request's meta_info fields (``hedgespec_histogram``, ``hedgespec_weights``, ``hedgespec_rounds``,
+        ``hedgespec_round_time_s``: seconds of its rounds per phase, in :data:`PHASES` order)."""
         r = rec.row
         return {
             "hedgespec_histogram": self.histogram[r].tolist(),
             "hedgespec_weights": [] if np.isnan(self.weights[r, 0]) else self.weights[r].tolist(),
             "hedgespec_rounds": [int(self.rounds[r])],
+            "hedgespec_round_time_s": [round(float(x), 6) for x in self.time_s[r]],
         }

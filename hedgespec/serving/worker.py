@@ -18,9 +18,11 @@ delayed ETAP/EAL losses), for a batch of requests each with its own selector:
    one ``observe`` for the batch (the selectors' feedback ledgers release completed losses to their learners).
 
 Per-request ``meta_info`` gains ``hedgespec_histogram`` (rounds drafted by each drafter),
-``hedgespec_weights`` (the last decision's distribution), ``hedgespec_selector``, ``hedgespec_rounds`` and
-``hedgespec_dropped`` next to SGLang's own ``spec_accept_length`` / ``spec_verify_ct`` (request-level
-``customized_info`` keys, see :mod:`hedgespec.serving.plugin`).
+``hedgespec_weights`` (the last decision's distribution), ``hedgespec_selector``, ``hedgespec_rounds``,
+``hedgespec_dropped`` and ``hedgespec_round_time_s`` (seconds of the request's rounds per phase: select + draft,
+verify, evaluate, update; a batch's round counts for each request in it) next to SGLang's own
+``spec_accept_length`` / ``spec_verify_ct`` (request-level ``customized_info`` keys, see
+:mod:`hedgespec.serving.plugin`).
 
 Faulty drafters (the server-side counterpart of :meth:`hedgespec.engine.pool.DrafterPool.drop`): a drafter
 whose draft or draft-extend raises, or whose draft-extend gives non-finite logits or hidden states (NaN, +inf,
@@ -79,6 +81,7 @@ META_KEYS = (
     "hedgespec_selector",
     "hedgespec_rounds",
     "hedgespec_dropped",
+    "hedgespec_round_time_s",
 )
 
 # ScheduleBatch fields that draft()/draft-extend rewrite; restored between the per-drafter calls.
@@ -617,7 +620,9 @@ class HedgeSpecWorker(EAGLEWorkerV2):
                 spec.speculative_accept_threshold_acc,
             )
             gamma[:, :, [j for j, a in enumerate(self._alive) if not a]] = 0.0
+        t0 = time.perf_counter()
         self._selection.observe(records, choice, drafted, emitted, gamma, timings)
+        self._selection.add_time(records, {**timings, "update": time.perf_counter() - t0})
         selector, dropped = [self._selector_name], self.dropped
         for req, rec in zip(reqs, records):
             req.customized_info = {
