@@ -65,6 +65,29 @@ def test_rss_summary_measures_growth_after_warmup() -> None:
     assert rss_summary([], 0.1) == {"samples": 0}
 
 
+def test_sampler_reads_at_start_each_period_and_end_and_skips_failed_readings() -> None:
+    import os
+    import time
+
+    from hedgespec.serving.loadtest import RssSampler, Sampler
+
+    values = iter([5, 9, RuntimeError("tool missing"), 7] + [1] * 1000)
+
+    def read() -> int:
+        v = next(values)
+        if isinstance(v, Exception):
+            raise v
+        return v
+
+    with Sampler(read, period_s=0.05) as s:
+        time.sleep(0.3)
+    got = [v for _, v in s.samples]
+    assert got[:3] == [5, 9, 7] and s.peak == 9 and len(got) >= 4  # start, periods (one failed), end
+    with RssSampler(os.getpid(), period_s=10.0) as r:  # no period passes: the start and end readings
+        pass
+    assert len(r.samples) == 2 and r.peak > 10 * 2**20
+
+
 def test_ratios_are_against_plain_at_the_same_concurrency() -> None:
     rows = [
         {"label": "plain", "algorithm": "NONE", "concurrency": 1, "output_tokens_per_s": 10.0},

@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -116,14 +116,49 @@ def check_histograms(plan: ServePlan, prompts: Sequence[str], output_len: int, c
     return {"requests": len(pairs), "histogram_mismatches": len(bad), "examples": bad[:3]}
 
 
-class RssSampler:
-    """Samples the resident memory of a process and its children every ``period_s`` in a thread."""
+class Sampler:
+    """Samples ``read()`` every ``period_s`` in a thread: ``samples`` holds (seconds since start, value) pairs; a
+    reading that raises (a process gone, a tool missing) is skipped."""
 
-    def __init__(self, pid: int, period_s: float = 1.0) -> None:
-        self.proc, self.period_s = psutil.Process(pid), period_s
+    def __init__(self, read: Callable[[], int], period_s: float = 1.0) -> None:
+        self.read, self.period_s = read, period_s
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def peak(self) -> int:
+        return max((v for _, v in self.samples), default=0)
+
+    def _sample(self) -> None:
+        try:
+            self.samples.append((time.monotonic() - self._t0, int(self.read())))
+        except Exception:  # noqa: BLE001 - see the class docstring
+            pass
+
+    def _run(self) -> None:
+        while True:  # one reading at the start, one per period, one at the end (__exit__)
+            self._sample()
+            if self._stop.wait(self.period_s):
+                return
+
+    def __enter__(self) -> Sampler:
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+class RssSampler(Sampler):
+    """Samples the resident memory of a process and its children every ``period_s`` in a thread."""
+
+    def __init__(self, pid: int, period_s: float = 1.0) -> None:
+        self.proc = psutil.Process(pid)
+        super().__init__(self.rss, period_s)
 
     def rss(self) -> int:
         total = 0
@@ -133,19 +168,6 @@ class RssSampler:
             except psutil.Error:  # a child exited between listing and reading
                 pass
         return total
-
-    def _run(self) -> None:
-        t0 = time.monotonic()
-        while not self._stop.wait(self.period_s):
-            self.samples.append((time.monotonic() - t0, self.rss()))
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def rss_summary(samples: Sequence[tuple[float, int]], warmup_fraction: float) -> dict[str, Any]:

@@ -21,10 +21,9 @@ import dataclasses
 import json
 import shutil
 import subprocess
-import threading
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ import numpy as np
 from hedgespec.pools import DrafterEntry, PoolManifest, TargetInfo, save_pool
 from hedgespec.serving.argv import ServePlan, build_plan
 from hedgespec.serving.launch import ServerProcess
-from hedgespec.serving.loadtest import RssSampler
+from hedgespec.serving.loadtest import RssSampler, Sampler
 
 # Llama-3.1-8B-Instruct's config.json (shapes and rope only) and the EAGLE-3 head SGLang's examples serve for it
 # (one decoder layer, the target's attention shapes, a 32000-token draft vocabulary, SpecForge's aux layers).
@@ -250,32 +249,6 @@ def batch_tokens_per_s(base_url: str, b: int, s: Settings, vocab: int, seed: int
     }
 
 
-class PeakMemory:
-    """Peak of ``read()`` (bytes), sampled in a thread every ``period_s``."""
-
-    def __init__(self, read: Callable[[], int], period_s: float = 0.5) -> None:
-        self.read, self.period_s, self.peak = read, period_s, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while True:
-            try:
-                self.peak = max(self.peak, int(self.read()))
-            except Exception:  # noqa: BLE001 - a failed reading (process gone, tool missing) is skipped
-                pass
-            if self._stop.wait(self.period_s):
-                return
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def gpu_memory_used() -> int:
     """Bytes of GPU memory in use on the first visible GPU (``nvidia-smi``)."""
     out = subprocess.run(
@@ -296,9 +269,9 @@ def measure_server(plan: ServePlan, s: Settings, vocab: int, log: Path, startup_
         startup = time.perf_counter() - t0
         with urllib.request.urlopen(plan.base_url + "/server_info", timeout=60) as r:
             info = json.load(r)
-        read = gpu_memory_used if s.device == "cuda" else RssSampler(srv.proc.pid).rss
+        mem = Sampler(gpu_memory_used, 0.5) if s.device == "cuda" else RssSampler(srv.proc.pid, 0.5)
         rows = []
-        with PeakMemory(read) as mem:
+        with mem:
             for b in s.batch_sizes:
                 warm = dataclasses.replace(s, new_tokens=min(s.new_tokens, 16))
                 batch_tokens_per_s(plan.base_url, b, warm, vocab, seed=b + 1000)  # warm-up (graphs, allocator)
