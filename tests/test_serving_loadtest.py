@@ -197,3 +197,13 @@ def test_round_phases_of_the_tiny_hedgespec_server(tmp_path: Path) -> None:
     assert got["requests"] == 3 and got["rounds"] >= 2 * 3  # 8 tokens, at most K + 1 = 4 per round
     assert sum(got["share"].values()) == pytest.approx(1.0, abs=1e-3)
     assert got["share"]["verify"] > 0 and got["share"]["evaluate"] > 0 and got["ms_per_round"] > 0
+
+
+def test_compare_rows_carry_no_machine_paths(tmp_path: Path) -> None:
+    from hedgespec.serving.compare import _row
+
+    plan = build_plan(_compose("serve", "pool=tiny", "device=cpu", f"workdir={tmp_path}"))
+    assert str(tmp_path) in plan.command()
+    res = {"completed": 1, "output_throughput": 1.0}
+    cmd = _row({"label": "hs"}, plan, 1, res, 1.0)["command"]
+    assert str(tmp_path) not in cmd and "$TMPDIR/" in cmd and str(Path.home()) + "/" not in cmd

@@ -2,9 +2,10 @@
 target's exact law (transformers, independent of SGLang), by a chi-square test on each token's marginal.
 
 The first token comes from the prefill's sampler, the second from the first speculative round's verification
-(accepted draft or residual sample). On CPU SGLang verifies speculative rounds greedily, so the HEDGESPEC
-check runs only on CUDA (scripts/gpu_check.sh sets HEDGESPEC_TEST_DEVICE=cuda); the plain server's check runs
-everywhere and shows the test can tell: the same counts fail against the law at another temperature.
+(accepted draft or residual sample). On CPU SGLang verifies speculative rounds greedily, so there the HEDGESPEC
+check asserts that the second token is *not* sampled; on CUDA (scripts/gpu_check.sh sets
+HEDGESPEC_TEST_DEVICE=cuda) that both follow the law. The plain server's check runs everywhere and shows the test
+can tell: the same counts fail against the law at another temperature.
 """
 
 from __future__ import annotations
@@ -99,10 +100,17 @@ def test_plain_server_samples_the_target_law(ckpt, tmp_path):
     assert chi2_pvalue(first, hot1) < 1e-6 and chi2_pvalue(second, hot2) < 1e-6
 
 
-def test_hedgespec_sampled_output_follows_the_target_law(ckpt, tmp_path):
-    """HEDGESPEC with two random drafters (most drafts rejected: the residual path) at T=0.8: SGLang's
-    target-only verification keeps the target's law, whatever drafter each request's selector picks."""
-    if TEST_DEVICE != "cuda":
-        pytest.skip("SGLang verifies speculative rounds greedily on CPU; this check runs in scripts/gpu_check.sh")
+def test_hedgespec_sampled_output_law(ckpt, tmp_path):
+    """HEDGESPEC with two random drafters (most drafts rejected: the residual path) at T=0.8.
+
+    On CUDA SGLang's target-only verification keeps the target's law whatever drafter each request's selector
+    picks: both tokens pass. On CPU SGLang verifies every speculative round greedily (what docs/serving.md and
+    the launcher's note say): the first token, from the prefill's sampler, passes, and the second, from the
+    speculative round, is the target's argmax given the first, which the test rejects. If a SGLang upgrade
+    samples speculative rounds on CPU, this fails and the note must go."""
     got = _check_law(ckpt, ["d0", "d1"], "hedgespec", tmp_path / "hedgespec.log")
-    assert got["first"] > 1e-3 and got["second"] > 1e-3, got
+    assert got["first"] > 1e-3, got
+    if TEST_DEVICE == "cuda":
+        assert got["second"] > 1e-3, got
+    else:
+        assert got["second"] < 1e-6, got

@@ -23,9 +23,10 @@ import yaml
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
+from hedgespec.io import portable_paths
 from hedgespec.serving.argv import ServePlan, build_plan
 from hedgespec.serving.launch import ServerProcess
-from hedgespec.serving.loadtest import CLIENT, client_pass, last_tokens, load_prompts, sharegpt_file
+from hedgespec.serving.loadtest import CLIENT, client_pass, generate, greedy, last_tokens, load_prompts, sharegpt_file
 
 #: conf/selector/, where each compared server's ``selector`` option is read from
 SELECTOR_DIR = Path(__file__).resolve().parents[2] / "conf" / "selector"
@@ -72,13 +73,7 @@ def round_phases(plan: ServePlan, prompts: Sequence[str], output_len: int) -> di
     total = [0.0] * len(PHASES)
     rounds = 0
     for text in list(prompts)[:PROBE_PROMPTS]:
-        sp = {"temperature": 0, "max_new_tokens": int(output_len), "ignore_eos": True}
-        body = {"text": text, "sampling_params": sp}
-        req = urllib.request.Request(
-            plan.base_url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(req, timeout=600) as fh:
-            meta = json.loads(fh.read())["meta_info"]
+        meta = generate(plan.base_url, greedy(text, int(output_len)))["meta_info"]
         total = [a + float(b) for a, b in zip(total, meta["hedgespec_round_time_s"])]
         rounds += int(meta["hedgespec_rounds"][0])
     whole = sum(total)
@@ -157,7 +152,7 @@ def _row(e: Mapping[str, Any], plan: ServePlan, c: int, res: Mapping[str, Any], 
         "algorithm": plan.algorithm,
         "selector": plan.selector,
         "drafters": plan.drafter_names,
-        "command": plan.command(),
+        "command": portable_paths(plan.command()),  # no home, temp or checkout paths in committed results
         "concurrency": int(c),
         "startup_s": round(startup, 1),
         "completed": int(res.get("completed", 0)),

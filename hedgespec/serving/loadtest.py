@@ -98,16 +98,25 @@ def pass_summary(res: Mapping[str, Any], n_sent: int, reference: Sequence[str] |
     }
 
 
+def generate(base_url: str, body: Mapping[str, Any], timeout_s: float = 600.0) -> Any:
+    """One native ``/generate`` call (a request, or a batch when ``text`` / ``input_ids`` is a list); its JSON."""
+    req = urllib.request.Request(
+        base_url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=timeout_s) as fh:
+        return json.loads(fh.read())
+
+
+def greedy(text: str, output_len: int) -> dict[str, Any]:
+    """The body of a greedy request for exactly ``output_len`` tokens (EOS ignored)."""
+    return {"text": text, "sampling_params": {"temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True}}
+
+
 def check_histograms(plan: ServePlan, prompts: Sequence[str], output_len: int, concurrency: int) -> dict[str, Any]:
     """Concurrent native ``/generate`` calls; counts requests whose drafter histogram misses verify rounds."""
 
     def one(p: str) -> tuple[int, int]:
-        body = {"text": p, "sampling_params": {"temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True}}
-        req = urllib.request.Request(
-            plan.base_url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(req, timeout=600) as fh:
-            m = json.loads(fh.read())["meta_info"]
+        m = generate(plan.base_url, greedy(p, output_len))["meta_info"]
         return sum(int(h) for h in m.get("hedgespec_histogram") or []), int(m.get("spec_verify_ct") or 0)
 
     with ThreadPoolExecutor(concurrency) as ex:

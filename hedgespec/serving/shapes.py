@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from hedgespec.fixtures import CKPT_HEADS, CKPT_HIDDEN, CKPT_INTER, CKPT_KV_HEADS, SPECIAL_TOKENS, drafter_config
 from hedgespec.pools import DrafterEntry, PoolManifest, TargetInfo, save_pool
 from hedgespec.serving.argv import ServePlan, build_plan
 from hedgespec.serving.launch import ServerProcess
-from hedgespec.serving.loadtest import RssSampler, Sampler
+from hedgespec.serving.loadtest import RssSampler, Sampler, generate
 
 # Llama-3.1-8B-Instruct's config.json (shapes and rope only) and the EAGLE-3 head SGLang's examples serve for it
 # (one decoder layer, the target's attention shapes, a 32000-token draft vocabulary, SpecForge's aux layers).
@@ -94,8 +95,6 @@ class Shape:
         }
 
     def drafter_config(self) -> dict[str, Any]:
-        from hedgespec.fixtures import drafter_config
-
         return drafter_config(
             hidden_size=self.hidden,
             intermediate_size=self.intermediate,
@@ -116,7 +115,19 @@ SHAPES: dict[str, Shape] = {
     "llama8b": Shape("llama8b", 4096, 14336, 32, 32, 8, 128, 128256, 32000, 131072, _LLAMA8B_ROPE),
     # the serve tests' tiny target's shapes (SGLang captures layers 0..L-2 only), with a draft vocabulary smaller
     # than the target's (a d2t map)
-    "tiny": Shape("tiny", 64, 128, 4, 4, 2, 16, 259, 128, 1024, aux=(0, 1, 2)),
+    "tiny": Shape(
+        "tiny",
+        CKPT_HIDDEN,
+        CKPT_INTER,
+        4,
+        CKPT_HEADS,
+        CKPT_KV_HEADS,
+        CKPT_HIDDEN // CKPT_HEADS,
+        256 + len(SPECIAL_TOKENS),
+        128,
+        1024,
+        aux=(0, 1, 2),
+    ),
 }
 
 
@@ -222,19 +233,13 @@ def server_plan(sh: Shape, root: Path, target: Path, manifest: Path, selector: s
     return plan
 
 
-def _post(url: str, body: dict[str, Any], timeout: float = 1800.0) -> Any:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.load(r)
-
-
 def batch_tokens_per_s(base_url: str, b: int, s: Settings, vocab: int, seed: int) -> dict[str, Any]:
     """One ``/generate`` call with ``b`` random-id prompts; output tokens per second of wall time."""
     rng = np.random.default_rng(seed)
     prompts = rng.integers(10, vocab, size=(b, s.prompt_tokens)).tolist()
     sp = {"temperature": 0, "max_new_tokens": s.new_tokens, "ignore_eos": True}
     t0 = time.perf_counter()
-    outs = _post(base_url + "/generate", {"input_ids": prompts, "sampling_params": sp})
+    outs = generate(base_url, {"input_ids": prompts, "sampling_params": sp}, timeout_s=1800.0)
     wall = time.perf_counter() - t0
     outs = outs if isinstance(outs, list) else [outs]
     tokens = sum(len(o["output_ids"]) for o in outs)
