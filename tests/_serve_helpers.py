@@ -47,15 +47,33 @@ def generate_ids(base_url: str, ids: Sequence[int], new_tokens: int) -> dict:
         return json.load(r)
 
 
+def tiny_checkpoints(root: Path) -> Path:
+    """The serve tests' tiny checkpoints under ``root``: a random target ``t_rand`` with random drafters d0..d2, and
+    a constant target ``t_const`` with a drafter that always agrees (``d_const``) and one that never does
+    (``d_anti``)."""
+    from hedgespec.serving.tiny import make_drafter, make_target
+
+    make_target(root / "t_rand", seed=0)
+    for i in range(3):
+        make_drafter(root / f"d{i}", root / "t_rand", seed=i)
+    make_target(root / "t_const", seed=0, mode="const")
+    make_drafter(root / "d_const", root / "t_const", mode="const")
+    make_drafter(root / "d_anti", root / "t_const", mode="anti")
+    return root
+
+
 # scripts/gpu_check.sh sets cuda: the serve tests then run the same checks on the GPU
 TEST_DEVICE = os.environ.get("HEDGESPEC_TEST_DEVICE", "cpu")
 # fp32 needs the triton attention backend; small graph batch sizes keep the server starts fast
 CUDA_ARGS = ["--attention-backend", "triton", "--cuda-graph-max-bs", "4", "--mem-fraction-static", "0.3"]
 
 
-def tiny_server(root: Path, target: str, drafters: Sequence[str], log: Path, selector: str = "hedgespec"):
+def tiny_server(
+    root: Path, target: str, drafters: Sequence[str], log: Path, selector: str = "hedgespec", fused: bool = False
+):
     """A started server for the tiny checkpoints under ``root`` (``target`` and the ``drafters`` directories made
-    by hedgespec.serving.tiny), chain K=3, fp32, on ``TEST_DEVICE``; the caller stops it."""
+    by hedgespec.serving.tiny), chain K=3, fp32, on ``TEST_DEVICE``; ``fused``: the pool as one draft model.
+    The caller stops it."""
     from hedgespec.serving.argv import build_plan
     from hedgespec.serving.launch import ServerProcess
 
@@ -75,8 +93,9 @@ def tiny_server(root: Path, target: str, drafters: Sequence[str], log: Path, sel
         "max_total_tokens": 4096,
         "dtype": "float32",
         "workdir": str(root),
+        "fused": fused,
         "extra_args": CUDA_ARGS if TEST_DEVICE == "cuda" else [],
     }
-    plan = build_plan(cfg)
+    plan = build_plan(cfg, prepare=fused)  # prepare writes the fused pool's directory
     plan.argv[plan.argv.index("--model-path") + 1] = str(root / target)
     return ServerProcess(plan, log, startup_timeout_s=400).start()

@@ -227,6 +227,12 @@ def test_plugin_pool_sizing_hook_counts_all_drafters(monkeypatch):
         SimpleNamespace(eagle_draft_num_layers=1), spec_algorithm=SimpleNamespace(name="EAGLE3"), is_draft_worker=False
     )
     assert other.eagle_draft_num_layers == 1
+    # the fused pool's own config has one draft layer per drafter: SGLang's count is already the pool's
+    monkeypatch.setenv("HEDGESPEC_CONFIG", json.dumps({"drafters": ["a", "b", "c"], "pool_dir": "p"}))
+    fused = plugin._count_all_draft_pools(
+        SimpleNamespace(eagle_draft_num_layers=3), spec_algorithm=algo, is_draft_worker=False
+    )
+    assert fused.eagle_draft_num_layers == 3
 
 
 def test_greedy_gamma_rows_and_acceptance_run():
@@ -237,3 +243,45 @@ def test_greedy_gamma_rows_and_acceptance_run():
     assert gamma.tolist() == [[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]
     with pytest.raises(ValueError, match="at least one token"):
         greedy_gamma([1], [[1]], [])
+
+
+def test_fused_pool_plan_writes_one_draft_model_directory(tiny_dir, tmp_path):
+    """fused=true: the draft model path is a pool directory holding drafter 0's config with the pool
+    architecture, one draft layer per drafter and the drafter list; a dry run names it without writing it."""
+    from hedgespec.serving.pool_model import ARCH, MARKER, POOL_KEY
+
+    work = tmp_path / "work"
+    dry = build_plan(_compose("pool=tiny", "device=cpu", "fused=true", f"workdir={work}"))
+    pool_dir = Path(_flag(dry.argv, "--speculative-draft-model-path"))
+    assert not pool_dir.exists() and json.loads(dry.env["HEDGESPEC_CONFIG"])["pool_dir"] == str(pool_dir)
+    plan = build_plan(_compose("pool=tiny", "device=cpu", "fused=true", f"workdir={work}"), prepare=True)
+    assert _flag(plan.argv, "--speculative-draft-model-path") == str(pool_dir)
+    cfg = json.loads((pool_dir / "config.json").read_text())
+    drafter0 = json.loads((Path(plan.drafter_paths[0]) / "config.json").read_text())
+    assert cfg["architectures"] == [ARCH] and cfg["num_hidden_layers"] == len(plan.drafter_paths) == 4
+    assert cfg[POOL_KEY]["drafters"] == plan.drafter_paths and (pool_dir / MARKER).is_file()
+    assert {k: v for k, v in cfg.items() if k not in ("architectures", "num_hidden_layers", POOL_KEY)} == {
+        k: v for k, v in drafter0.items() if k not in ("architectures", "num_hidden_layers")
+    }
+    worker = json.loads(plan.env["HEDGESPEC_CONFIG"])
+    assert worker["drafters"] == plan.drafter_paths and worker["pool_dir"] == str(pool_dir)
+    # the per-drafter default and the stock baseline carry no pool directory
+    assert "pool_dir" not in json.loads(
+        build_plan(_compose("pool=tiny", "device=cpu", f"workdir={work}")).env["HEDGESPEC_CONFIG"]
+    )
+    eagle = build_plan(_compose("pool=tiny", "device=cpu", "selector=eagle", "fused=true", f"workdir={work}"))
+    assert "HEDGESPEC_CONFIG" not in eagle.env
+    with pytest.raises(ValueError, match="fused='yes'"):
+        build_plan(_compose("pool=tiny", "device=cpu", "fused=yes", f"workdir={work}"))
+
+
+def test_pool_vocabulary_is_the_union_of_the_heads_maps():
+    import torch
+
+    from hedgespec.serving.pool_model import union_vocab
+
+    maps = [torch.tensor([0, 5, 9]), None, torch.tensor([2, 5, 7])]
+    union, cols = union_vocab(maps, draft_vocab=3)
+    assert union.tolist() == [0, 1, 2, 5, 7, 9]
+    for m, c in zip([[0, 5, 9], [0, 1, 2], [2, 5, 7]], cols):
+        assert union[c].tolist() == m  # each head's draft id d lands on the column of its target id

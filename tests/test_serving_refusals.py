@@ -283,6 +283,7 @@ def test_the_launchers_worker_config_parses(ckpts):
         ('{"drafters": ["/a"], "selector": 7}', "key 'selector' must be a str"),
         ('{"drafters": ["/a"], "stale_state_s": true}', "key 'stale_state_s' must be a int or float"),
         ('{"drafters": ["/a"], "stale_state_s": -1}', "key 'stale_state_s' must be > 0"),
+        ('{"drafters": ["/a"], "pool_dir": 3}', "key 'pool_dir' must be a str"),
     ],
 )
 def test_malformed_worker_config_is_refused_naming_the_key(raw, match):

@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 from _engine_helpers import GREEDY, decoding
 from _requires import sglang_or_skip
-from _serve_helpers import hf_greedy, tiny_server
+from _serve_helpers import hf_greedy, tiny_checkpoints, tiny_server
 
 from hedgespec.serving.launch import ServerProcess
-from hedgespec.serving.tiny import make_drafter, make_target
 
 pytestmark = [pytest.mark.serve, pytest.mark.timeout(900)]
 
@@ -42,14 +41,7 @@ def _needs_sglang():
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("serve-ckpt")
-    make_target(root / "t_rand", seed=0)
-    for i in range(3):
-        make_drafter(root / f"d{i}", root / "t_rand", seed=i)
-    make_target(root / "t_const", seed=0, mode="const")
-    make_drafter(root / "d_const", root / "t_const", mode="const")
-    make_drafter(root / "d_anti", root / "t_const", mode="anti")
-    return root
+    return tiny_checkpoints(tmp_path_factory.mktemp("serve-ckpt"))
 
 
 def _server(root: Path, target: str, drafters: list[str], log: Path, selector: str = "hedgespec") -> ServerProcess:

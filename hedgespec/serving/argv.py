@@ -20,6 +20,7 @@ Pool configs (``conf/pool/<pool>.yaml``) come in two shapes:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import struct
@@ -455,12 +456,15 @@ def _check_topk(dec: DecodingConfig, names: list[str], configs: list[dict[str, A
             )
 
 
-def _server_env(sel: _SelectorPlan, names: list[str], paths: list[str], device: str) -> dict[str, str]:
+def _server_env(
+    sel: _SelectorPlan, names: list[str], paths: list[str], device: str, pool_dir: str | None = None
+) -> dict[str, str]:
     env: dict[str, str] = {}
     if not sel.stock and not sel.plain:
-        env["HEDGESPEC_CONFIG"] = json.dumps(
-            {"drafters": paths, "names": names, "selector": sel.name, "selector_kwargs": sel.kwargs}
-        )
+        worker = {"drafters": paths, "names": names, "selector": sel.name, "selector_kwargs": sel.kwargs}
+        if pool_dir is not None:
+            worker["pool_dir"] = pool_dir
+        env["HEDGESPEC_CONFIG"] = json.dumps(worker)
         env["SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"] = "1"  # all-row draft logits exist on the eager path only
     if device == "cpu":
         cpu = cpu_environment({})
@@ -488,6 +492,24 @@ def check_sizing(cfg: Any) -> None:
         raise ValueError(f"mem_fraction_static={frac!r}: must be a fraction in (0, 1) of the GPU memory, or null")
 
 
+def _fused_pool_dir(cfg: Any, paths: list[str], configs: list[dict[str, Any]], prepare: bool) -> str | None:
+    """With ``fused=true``: the directory SGLang loads as the one pool draft model
+    (:func:`hedgespec.serving.pool_model.write_pool_dir`; written when ``prepare``, a dry run only names it),
+    keyed by the drafters it holds. None with ``fused=false``."""
+    fused = _get(cfg, "fused", False)
+    if not isinstance(fused, bool):
+        raise ValueError(f"fused={fused!r}: must be true or false")
+    if not fused:
+        return None
+    key = hashlib.sha256("\n".join(paths).encode()).hexdigest()[:12]
+    out = Path(_get(cfg, "workdir", "outputs/serve")).resolve() / "fused-pools" / key
+    if prepare:
+        from hedgespec.serving.pool_model import write_pool_dir
+
+        write_pool_dir(out, paths, configs)
+    return str(out)
+
+
 def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> ServePlan:
     """Validate a composed serve config and build the server command (see module docstring); ``prepare``:
     convert a missing local target copy (the launcher does; a dry run does not)."""
@@ -513,7 +535,9 @@ def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> Se
         names, paths = [], []
     host, port = str(_get(cfg, "host", "127.0.0.1")), int(_get(cfg, "port", 30000))
     algorithm = "NONE" if sel.plain else "EAGLE3" if sel.stock else "HEDGESPEC"
-    spec = [] if sel.plain else ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", paths[0]]
+    pool_dir = _fused_pool_dir(cfg, paths, configs, prepare) if algorithm == "HEDGESPEC" else None
+    draft_path = pool_dir or (paths[0] if paths else None)
+    spec = [] if sel.plain else ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", draft_path]
     argv = [
         python or sys.executable,
         "-m",
@@ -529,7 +553,7 @@ def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> Se
     ]
     return ServePlan(
         argv=argv,
-        env=_server_env(sel, names, paths, device),
+        env=_server_env(sel, names, paths, device, pool_dir),
         algorithm=algorithm,
         target_path=target_path,
         drafter_names=names,

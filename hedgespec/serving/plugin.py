@@ -9,7 +9,10 @@ SGLang calls :func:`register` in every process it starts (launcher, scheduler, d
 It registers, and only when called:
 
 * the ``HEDGESPEC`` algorithm (:class:`~hedgespec.serving.worker.HedgeSpecAlgo` →
-  :class:`~hedgespec.serving.worker.HedgeSpecWorker`) with SGLang's speculative-algorithm registry;
+  :class:`~hedgespec.serving.worker.HedgeSpecWorker`, or with ``pool_dir`` in the worker config
+  :class:`~hedgespec.serving.fused_worker.FusedHedgeSpecWorker`) with SGLang's speculative-algorithm registry,
+  and in that fused mode the pool draft model
+  (:class:`~hedgespec.serving.pool_model.HedgeSpecPoolForCausalLMEagle3`) with SGLang's model registry;
 * three hooks through SGLang's own ``HookRegistry`` (applied by ``load_plugins``), all inert unless the
   server runs HEDGESPEC: the ``hedgespec_*`` ``customized_info`` keys are reported once per request
   (request-level, not per token); the target's KV budget counts the draft layers of all N drafters
@@ -51,6 +54,7 @@ _CONFIG_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "selector": ((str,), False),
     "selector_kwargs": ((dict,), False),
     "stale_state_s": ((int, float), False),
+    "pool_dir": ((str,), False),
 }
 
 
@@ -99,12 +103,18 @@ def _n_drafters() -> int:
     return len(parse_worker_config(os.environ[CONFIG_ENV])["drafters"])
 
 
+def _fused() -> bool:
+    """The server runs the pool as one draft model (``pool_dir`` in the worker config)."""
+    return bool(os.environ.get(CONFIG_ENV)) and "pool_dir" in parse_worker_config(os.environ[CONFIG_ENV])
+
+
 def _count_all_draft_pools(config: Any, *args: Any, **kwargs: Any) -> Any:
     spec_algorithm = kwargs.get("spec_algorithm")
     is_draft_worker = kwargs.get("is_draft_worker", False)
     n = _n_drafters()
     if (
         n > 1
+        and not _fused()  # the fused pool's config already has one draft layer per drafter
         and not is_draft_worker
         and getattr(spec_algorithm, "name", None) == ALGORITHM
         and getattr(config, "eagle_draft_num_layers", None)
@@ -141,7 +151,18 @@ def register() -> None:
 
         @SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=False, spec_class=HedgeSpecAlgo)
         def _factory(server_args: Any) -> type:
+            if _fused():
+                from hedgespec.serving.fused_worker import FusedHedgeSpecWorker
+
+                return FusedHedgeSpecWorker
             return HedgeSpecWorker
+
+    if _fused():
+        from sglang.srt.models.registry import ModelRegistry
+
+        from hedgespec.serving.pool_model import ARCH, HedgeSpecPoolForCausalLMEagle3
+
+        ModelRegistry.models.setdefault(ARCH, HedgeSpecPoolForCausalLMEagle3)
 
     if not _registered:
         HookRegistry.register(_STREAMER_KEY, _request_level_key, HookType.AROUND)

@@ -223,46 +223,53 @@ class HedgeSpecWorker(EAGLEWorkerV2):
     def __init__(self, server_args: Any, gpu_id: int, nccl_port: int, target_worker: Any) -> None:
         cfg = load_config()
         paths = [str(p) for p in cfg["drafters"]]
-        first = get_spec().speculative_draft_model_path
-        if os.path.realpath(paths[0]) != os.path.realpath(str(first)):
-            raise RuntimeError(
-                f"{CONFIG_ENV} drafter 0 ({paths[0]}) must equal --speculative-draft-model-path ({first})"
-            )
+        first, draft_path = get_spec().speculative_draft_model_path, self._draft_model_path(cfg)
+        if os.path.realpath(draft_path) != os.path.realpath(str(first)):
+            raise RuntimeError(f"{CONFIG_ENV}: {draft_path} must equal --speculative-draft-model-path ({first})")
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
         if self.topk != 1:
             raise RuntimeError("HEDGESPEC supports chain drafting only: pass --speculative-eagle-topk 1")
-        drafters: list[EagleDraftWorker] = [self._draft_worker]
-        for path in paths[1:]:
-            with get_spec().override(speculative_draft_model_path=path):
-                drafters.append(EagleDraftWorker(server_args, gpu_id, nccl_port, target_worker))
-        self._drafters = drafters
         self._paths = paths
+        self._drafters = self._draft_workers(server_args, gpu_id, nccl_port, target_worker)
         self._names = [str(n) for n in (cfg.get("names") or [os.path.basename(os.path.normpath(p)) for p in paths])]
-        self._alive = [True] * len(drafters)  # False once dropped (server-wide, see the module docstring)
+        self._alive = [True] * len(paths)  # False once dropped (server-wide, see the module docstring)
         self._selector_name = str(cfg.get("selector", "hedgespec"))
         capacity = 2 * int(getattr(server_args, "max_running_requests", None) or 128)  # + retracted requests
         self._selection = WorkerSelection(
             self._selector_name,
             dict(cfg.get("selector_kwargs") or {}),
-            len(drafters),
+            len(paths),
             int(self.speculative_num_steps),
             capacity=capacity,
         )
-        self._draft_rows = DraftRows(len(drafters))
+        self._draft_rows = DraftRows(len(paths))
         # freed at finish, abort or disconnect (hedgespec.serving.states); stale_state_s is only a backstop
         self._states = RequestStates(self._free_state, float(cfg.get("stale_state_s", 3600.0)))
         logger.info(
             "HEDGESPEC worker: %d drafters %s, selector %s (%s)",
-            len(drafters),
+            len(paths),
             paths,
             self._selector_name,
             "batched" if self._selection.batch is not None else "per request",
         )
 
+    @staticmethod
+    def _draft_model_path(cfg: dict[str, Any]) -> str:
+        """What ``--speculative-draft-model-path`` must be: drafter 0 (each drafter is its own draft worker)."""
+        return str(cfg["drafters"][0])
+
+    def _draft_workers(self, server_args: Any, gpu_id: int, nccl_port: int, target_worker: Any) -> list:
+        """One SGLang draft worker per drafter: drafter 0 is EAGLE's own, the others are built the same way."""
+        drafters: list[EagleDraftWorker] = [self._draft_worker]
+        for path in self._paths[1:]:
+            with get_spec().override(speculative_draft_model_path=path):
+                drafters.append(EagleDraftWorker(server_args, gpu_id, nccl_port, target_worker))
+        return drafters
+
     # ------------------------------------------------------------------ lifecycle hooks (all drafters)
     @property
     def n_drafters(self) -> int:
-        return len(self._drafters)
+        return len(self._paths)
 
     def alloc_memory_pool(self, memory_pool_config=None, req_to_token_pool=None, token_to_kv_pool_allocator=None):
         for d in self._drafters:  # one draft KV pool per drafter, all indexed by the shared allocator
@@ -402,7 +409,8 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             return self._prefill(batch, on_publish, pp_proxy_tensors)
         return self._decode(batch, on_publish, grammar_barrier, pp_proxy_tensors)
 
-    def _prefill(self, batch, on_publish, pp_proxy_tensors):
+    def _target_prefill(self, batch, on_publish, pp_proxy_tensors) -> tuple[Any, Any]:
+        """The target's prefill with every layer's features captured; returns its output and KV plan."""
         self._states.sweep()
         out = self.target_worker.forward_batch_generation(
             batch,
@@ -414,6 +422,10 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         out.new_seq_lens = batch.seq_lens
         if on_publish is not None:
             on_publish(out.new_seq_lens)
+        return out, kv_loc_plan
+
+    def _prefill(self, batch, on_publish, pp_proxy_tensors):
+        out, kv_loc_plan = self._target_prefill(batch, on_publish, pp_proxy_tensors)
         snap = _snapshot(batch)
         first = None
         _, rows, req_rows = self._records(list(batch.reqs))
