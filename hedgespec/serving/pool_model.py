@@ -184,10 +184,11 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             )
         outs = [self._head(i, input_ids, positions, forward_batch, embeds) for i in active]
         union, cols = self._pool_vocab()
-        logits = [self._scatter(lo.next_token_logits, cols[i], union.numel()) for i, lo in zip(active, outs)]
-        if evaluate:
+        if evaluate:  # SGLang builds its (unused) next draft input from the first head's; the worker reads them all
             self.pool_output = self._evaluation(active, outs, union, cols)
-            return LogitsProcessorOutput(next_token_logits=logits[0], hidden_states=outs[0].hidden_states)
+            first = self._scatter(outs[0].next_token_logits, cols[active[0]], union.numel())
+            return LogitsProcessorOutput(next_token_logits=first, hidden_states=outs[0].hidden_states)
+        logits = [self._scatter(lo.next_token_logits, cols[i], union.numel()) for i, lo in zip(active, outs)]
         if len(active) == 1:
             return LogitsProcessorOutput(next_token_logits=logits[0], hidden_states=outs[0].hidden_states)
         slot = spec.hedgespec_slots  # [rows]: the position in `active` of each row's head

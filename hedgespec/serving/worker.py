@@ -35,6 +35,10 @@ committed token repeated) and no draft model runs: target-only decoding, still l
 ``hedgespec_rounds`` but in no drafter's histogram bin. ``hedgespec_dropped`` lists the drafters (pool order)
 the server had dropped by the request's last round.
 
+With ``fused=true`` the launcher serves the pool as one draft model instead, and
+:class:`hedgespec.serving.fused_worker.FusedHedgeSpecWorker` (a subclass) runs one draft and one draft-extend per
+round for all drafters; selection, feedback and drops are this class's.
+
 Scope: chain drafting (``--speculative-eagle-topk 1``), no overlap scheduling, no pipeline parallelism, no
 draft-extend CUDA graphs (the all-row draft logits exist only on the eager path). The worker is configured
 through the ``HEDGESPEC_CONFIG`` environment variable (JSON written by :func:`hedgespec.serving.argv.build_plan`,
