@@ -9,6 +9,8 @@
 # 3. the serve tests on CUDA (tests/test_serving_server.py with HEDGESPEC_TEST_DEVICE=cuda): HEDGESPEC greedy ==
 #    transformers greedy for pools of 1/2/3 tiny drafters, selection moves to the agreeing drafter, 16 concurrent
 #    requests keep their own selector state, a malformed request gets a 4xx, stock EAGLE-3 greedy == greedy;
+#    tests/test_serving_fused.py: the same for the pool as one draft model (fused=true), 8 concurrent requests
+#    drafting with their own heads in one draft step;
 #    then tests/test_serving_sampled.py: at T=0.8 the first two tokens of 3000 seeded requests follow the
 #    target's law (chi-square per token), plain SGLang and HEDGESPEC with two drafters; then
 #    scripts/shapes_bench.py: HEDGESPEC with 8 heads vs stock EAGLE-3 at Llama-3.1-8B shapes (dummy weights,
@@ -73,7 +75,8 @@ EOF
 # 3. serve tests on CUDA
 export HEDGESPEC_TEST_DEVICE=cuda
 run_step serve-tests-cuda 360 \
-  python -m pytest -m serve tests/test_serving_server.py -q -x -p no:cacheprovider -rA --durations=10 || true
+  python -m pytest -m serve tests/test_serving_server.py tests/test_serving_fused.py -q -x -p no:cacheprovider -rA \
+  --durations=10 || true
 grep -E "passed|failed|error" "$LOG_DIR/serve-tests-cuda.log" | tail -3 || true
 # sampled requests (T=0.8): the first two tokens' law vs the target's, plain SGLang and HEDGESPEC (its sampled
 # verification and the exact sampled gamma run only on CUDA)
