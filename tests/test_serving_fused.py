@@ -119,3 +119,34 @@ def test_concurrent_requests_draft_with_their_own_heads(ckpt, tmp_path):
         for a in full:
             hist[a] -= 1
         assert min(hist) == 0 and sum(hist) == 1 and hist.index(1) >= last, (rid, meta, stats.accepted_per_round)
+
+
+def test_fused_pool_drops_heads_with_non_finite_outputs(tmp_path):
+    """A NaN head and an inf head in the fused pool are dropped once each (their own slices of the batched
+    evaluation), the remaining head keeps drafting, and the output stays transformers' greedy output."""
+    import re
+
+    from hedgespec.serving.tiny import make_drafter, make_target
+
+    sglang_or_skip()
+    make_target(tmp_path / "t_rand", seed=0)
+    make_drafter(tmp_path / "d0", tmp_path / "t_rand", seed=0)
+    for mode in ("nan", "inf"):
+        make_drafter(tmp_path / f"d_{mode}", tmp_path / "t_rand", seed=1, mode=mode)
+    reference = hf_greedy(tmp_path / "t_rand", PROMPTS, NEW_TOKENS)
+    log = tmp_path / "faults.log"
+    srv = tiny_server(tmp_path, "t_rand", ["d_nan", "d0", "d_inf"], log, fused=True)
+    try:
+        for j, ids in enumerate(PROMPTS):
+            out = _generate(srv.plan.base_url, ids, NEW_TOKENS, f"faults-{j}")
+            meta = out["meta_info"]
+            assert out["output_ids"] == reference[tuple(ids)], ids
+            assert meta["hedgespec_dropped"] == ["d_nan", "d_inf"]
+            hist = meta["hedgespec_histogram"]
+            assert hist[0] == hist[2] == 0 and hist[1] == meta["hedgespec_rounds"][0] == meta["spec_verify_ct"]
+    finally:
+        srv.stop()
+    text = log.read_text()
+    for name in ("d_nan", "d_inf"):
+        assert len(re.findall(rf"drafter '{name}' gave non-finite \(NaN/inf\) logits or hidden states", text)) == 1
+    assert len(re.findall("HEDGESPEC: drafter", text)) == 2

@@ -123,8 +123,11 @@ def test_compare_servers_from_selector_options(tmp_path: Path) -> None:
     entries = _check_entries(cfg["compare"]["servers"])
     plans = {e["label"]: build_plan(server_cfg(cfg, e)) for e in entries}
     assert {k: p.algorithm for k, p in plans.items()} == {
-        "plain": "NONE", "eagle": "EAGLE3", "eagle_sglang_default": "EAGLE3", "hedgespec": "HEDGESPEC"
+        "plain": "NONE", "eagle": "EAGLE3", "eagle_sglang_default": "EAGLE3", "hedgespec": "HEDGESPEC",
+        "hedgespec_fused": "HEDGESPEC",
     }  # fmt: skip
+    assert "pool_dir" in plans["hedgespec_fused"].env["HEDGESPEC_CONFIG"]
+    assert "pool_dir" not in plans["hedgespec"].env["HEDGESPEC_CONFIG"]
     assert "--speculative-num-steps" in plans["eagle"].argv
     assert "--speculative-num-steps" not in plans["eagle_sglang_default"].argv
     with pytest.raises(ValueError, match=r"include the plain server"):

@@ -103,6 +103,8 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         self.load_lm_head_from_target = False
         self.capture_aux_hidden_states = True
         self._vocab: tuple[torch.Tensor, list[torch.Tensor]] | None = None
+        self._batchable: bool | None = None
+        self._stacked: dict[str, torch.Tensor] | None = None
 
     # ------------------------------------------------------------------ what SGLang's EAGLE worker calls
     @property
@@ -182,8 +184,12 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
                 if not evaluate
                 else f"{ARCH}: no live head to run"
             )
-        outs = [self._head(i, input_ids, positions, forward_batch, embeds) for i in active]
         union, cols = self._pool_vocab()
+        if evaluate and self._batched(forward_batch):
+            self.pool_output, first, hidden = self._evaluate_batched(active, positions, forward_batch, embeds)
+            first = self._scatter(first, cols[active[0]], union.numel())
+            return LogitsProcessorOutput(next_token_logits=first, hidden_states=hidden)
+        outs = [self._head(i, input_ids, positions, forward_batch, embeds) for i in active]
         if evaluate:  # SGLang builds its (unused) next draft input from the first head's; the worker reads them all
             self.pool_output = self._evaluation(active, outs, union, cols)
             first = self._scatter(outs[0].next_token_logits, cols[active[0]], union.numel())
@@ -197,6 +203,85 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             next_token_logits=torch.stack(logits)[slot, rows],
             hidden_states=torch.stack([lo.hidden_states for lo in outs])[slot, rows],
         )
+
+    # ------------------------------------------------------------------ evaluation with the heads' matmuls batched
+    def _batched(self, forward_batch: Any) -> bool:
+        """Whether an evaluation can run with stacked weights: plain unquantized single-GPU heads (no biases, no
+        feature norms, no TP), target features as input. Otherwise every head runs its own SGLang forward."""
+        if self._batchable is None:
+            self._batchable = all(_plain_head(h) for h in self.heads)
+        hidden = forward_batch.spec_info.hidden_states
+        return self._batchable and hidden is not None and hidden.shape[-1] != int(self.config.hidden_size)
+
+    def _stack(self) -> dict[str, torch.Tensor]:
+        """Every head's matmul weights as one [N, out, in] tensor per kind, the heads' own parameters re-pointed
+        at their slices (no second copy)."""
+        if self._stacked is None:
+            vocab = int(self.config.draft_vocab_size)
+            params = {
+                "fc": [h.model.fc.weight for h in self.heads],
+                "qkv": [h.model.layers[0].self_attn.qkv_proj.weight for h in self.heads],
+                "o": [h.model.layers[0].self_attn.o_proj.weight for h in self.heads],
+                "gate_up": [h.model.layers[0].mlp.gate_up_proj.weight for h in self.heads],
+                "down": [h.model.layers[0].mlp.down_proj.weight for h in self.heads],
+                "lm_head": [h.lm_head.weight for h in self.heads],
+            }
+            self._stacked = {}
+            for kind, ws in params.items():
+                stacked = torch.stack([w.data for w in ws])
+                for i, w in enumerate(ws):
+                    w.data = stacked[i]
+                self._stacked[kind] = stacked if kind != "lm_head" else stacked[:, :vocab]
+        return self._stacked
+
+    def _evaluate_batched(self, active, positions, forward_batch, embeds) -> tuple[PoolOutput, torch.Tensor, Any]:
+        """The evaluation forward of heads ``active``: each matmul one batched product over the heads (the fc one
+        product, its input being shared), norms, rotary embedding and attention by each head's own SGLang modules
+        (head i's attention on KV layer i). Rows kept as SGLang's logits processor keeps them."""
+        w = self._stack()
+        if len(active) != len(self.heads):
+            idx = torch.as_tensor(active, device=w["fc"].device)
+            w = {k: v.index_select(0, idx) for k, v in w.items()}
+        heads = [self.heads[i] for i in active]
+        n, rows, size = len(heads), embeds.shape[0], int(self.config.hidden_size)
+        feats = forward_batch.spec_info.hidden_states.to(w["fc"].dtype)
+        x = torch.nn.functional.linear(feats, w["fc"].reshape(n * size, -1)).view(rows, n, size).transpose(0, 1)
+        residual = [x[a].contiguous() for a in range(n)]
+        inp = torch.stack(
+            [
+                torch.cat([h.model.layers[0].input_layernorm(embeds), h.model.layers[0].hidden_norm(r)], dim=-1)
+                for h, r in zip(heads, residual)
+            ]
+        )
+        qkv = torch.bmm(inp, w["qkv"].transpose(1, 2))
+        attn = []
+        for a, h in enumerate(heads):
+            mod = h.model.layers[0].self_attn
+            q, k, v = qkv[a].split([mod.q_size, mod.kv_size, mod.kv_size], dim=-1)
+            q, k = mod.rotary_emb(positions, q, k)
+            attn.append(mod.attn(q, k, v, forward_batch))
+        out = torch.bmm(torch.stack(attn), w["o"].transpose(1, 2))
+        normed = []
+        for a, h in enumerate(heads):
+            y, residual[a] = h.model.layers[0].post_attention_layernorm(out[a].contiguous(), residual[a])
+            normed.append(y)
+        up = torch.bmm(torch.stack(normed), w["gate_up"].transpose(1, 2))
+        act = heads[0].model.layers[0].mlp.act_fn(up.view(n * rows, -1)).view(n, rows, -1)
+        down = torch.bmm(act, w["down"].transpose(1, 2))
+        keep = _kept_rows(forward_batch)
+        final, hidden = [], []
+        for a, h in enumerate(heads):
+            to_logits, to_aux = h.model.norm(down[a].contiguous(), residual[a])
+            final.append(to_logits if keep is None else to_logits[keep])
+            hidden.append(to_aux if keep is None else to_aux[keep])
+        logits = torch.bmm(torch.stack(final), w["lm_head"].transpose(1, 2)).float()
+        union, cols = self._pool_vocab()
+        arg = torch.argmax(logits, dim=-1)  # [A, S]
+        kept = torch.stack([cols[i][arg[a]] for a, i in enumerate(active)])
+        stacked_hidden = torch.stack(hidden)
+        finite = torch.isfinite(logits.amax(dim=-1)).all(dim=-1) & torch.isfinite(stacked_hidden).flatten(1).all(-1)
+        po = PoolOutput(tuple(active), union[kept], kept, stacked_hidden, finite)
+        return po, logits[0], hidden[0]
 
     def _head(self, i: int, input_ids, positions, forward_batch, embeds) -> Any:
         head = self.heads[i]
@@ -232,6 +317,41 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             kept_hidden=torch.stack(hidden),
             finite=torch.stack(finite),
         )
+
+
+def _plain_head(head: Any) -> bool:
+    """An unquantized, single-GPU EAGLE-3 head without biases or feature norms (what the batched evaluation
+    computes); anything else runs through its own SGLang forward."""
+    model, layer = head.model, head.model.layers[0]
+    linears = [layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj]
+    plain = all(
+        getattr(m, "bias", None) is None
+        and type(getattr(m, "quant_method", None)).__name__ == "UnquantizedLinearMethod"
+        and int(getattr(m, "tp_size", 1)) == 1
+        for m in linears
+    )
+    lm_head = head.lm_head
+    return (
+        plain
+        and model.fc.bias is None
+        and model.input_norm is None
+        and model.fc_norm is None
+        and not model.norm_output
+        and not model.is_mrope_enabled
+        and int(getattr(lm_head, "tp_size", 1)) == 1
+        and getattr(lm_head, "bias", None) is None
+        and getattr(head.logits_processor, "logit_scale", None) is None
+        and not getattr(head.logits_processor, "final_logit_softcapping", None)
+    )
+
+
+def _kept_rows(forward_batch: Any) -> torch.Tensor | None:
+    """The rows SGLang's logits processor keeps: each sequence's last row in an extend (prefill), all rows
+    (None) in a decode-mode draft-extend."""
+    mode = forward_batch.forward_mode
+    if mode.is_decode_or_idle() or mode.is_target_verify() or mode.is_draft_extend_v2():
+        return None
+    return (torch.cumsum(forward_batch.extend_seq_lens, dim=0) - 1).long()
 
 
 EntryClass = [HedgeSpecPoolForCausalLMEagle3]
