@@ -17,7 +17,8 @@ logits are scattered into its columns, so SGLang's own top-k and id mapping work
 One forward runs:
 
 * draft-extend (prefill or decode extend; ``forward_mode`` not decode): **every live head** over the same rows
-  (same target features, same tokens). The returned logits and hidden states are those of the first live head
+  (same target features, same tokens), each matmul one batched product over the heads for plain unquantized
+  single-GPU heads (:meth:`HedgeSpecPoolForCausalLMEagle3._evaluate_batched`), else each head's own SGLang forward. The returned logits and hidden states are those of the first live head
   (SGLang needs one valid tensor); every head's results are kept in :attr:`pool_output` (:class:`PoolOutput`) for
   the worker: its argmax (target ids) at every row, its pool-vocabulary top-1 and hidden state at the rows SGLang
   keeps, and whether all of it is finite.
