@@ -18,10 +18,11 @@ One forward runs:
 
 * draft-extend (prefill or decode extend; ``forward_mode`` not decode): **every live head** over the same rows
   (same target features, same tokens), each matmul one batched product over the heads for plain unquantized
-  single-GPU heads (:meth:`HedgeSpecPoolForCausalLMEagle3._evaluate_batched`), else each head's own SGLang forward. The returned logits and hidden states are those of the first live head
-  (SGLang needs one valid tensor); every head's results are kept in :attr:`pool_output` (:class:`PoolOutput`) for
-  the worker: its argmax (target ids) at every row, its pool-vocabulary top-1 and hidden state at the rows SGLang
-  keeps, and whether all of it is finite.
+  single-GPU heads (:meth:`HedgeSpecPoolForCausalLMEagle3._evaluate_batched`), else each head's own SGLang
+  forward. The returned logits and hidden states are those of the first live head (SGLang needs one valid
+  tensor); every head's results are kept in :attr:`pool_output` (:class:`PoolOutput`) for the worker: its argmax
+  (target ids) at the rows SGLang keeps (every row of a decode extend), its pool-vocabulary top-1 and hidden state
+  there, and whether all of it is finite.
 * a draft decode step: only the heads that some request chose (``spec_info.hedgespec_active``, a tuple of drafter
   indices) run; each row's logits and hidden state come from its request's head
   (``spec_info.hedgespec_slots``: per row, the position of its head in ``hedgespec_active``). A row's recurrent
