@@ -33,13 +33,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def generate_ids(base_url: str, ids: Sequence[int], new_tokens: int) -> dict:
-    """One greedy native ``/generate`` call on token ids (exactly ``new_tokens``: EOS ignored); its JSON answer."""
+def generate_ids(base_url: str, ids: Sequence[int], new_tokens: int, rid: str | None = None) -> dict:
+    """One greedy native ``/generate`` call on token ids (exactly ``new_tokens``: EOS ignored; ``rid``: the request
+    id, which seeds its selector); its JSON answer."""
     import json
     import urllib.request
 
     sp = {"temperature": 0, "max_new_tokens": new_tokens, "ignore_eos": True}
-    body = {"input_ids": list(ids), "sampling_params": sp}
+    body = {"input_ids": list(ids), "sampling_params": sp, **({} if rid is None else {"rid": rid})}
     req = urllib.request.Request(
         base_url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )

@@ -33,18 +33,6 @@ def ckpt(tmp_path_factory) -> Path:
     return tiny_checkpoints(tmp_path_factory.mktemp("fused-ckpt"))
 
 
-def _generate(base_url: str, ids: list[int], n: int, rid: str) -> dict:
-    import urllib.request
-
-    sp = {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}
-    body = {"input_ids": ids, "sampling_params": sp, "rid": rid}
-    req = urllib.request.Request(
-        base_url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.load(r)
-
-
 def _engine(ckpt: Path, target: str, drafters: list[str]):
     import torch
     from transformers import AutoModelForCausalLM
@@ -76,7 +64,7 @@ def test_fused_pool_is_lossless_and_chooses_as_the_reference_engine(ckpt, tmp_pa
         assert "pool_dir" in json.loads(srv.plan.env["HEDGESPEC_CONFIG"])
         for j, ids in enumerate(PROMPTS):
             rid = f"fused-{j}"
-            served = _generate(srv.plan.base_url, ids, NEW_TOKENS, rid)
+            served = generate_ids(srv.plan.base_url, ids, NEW_TOKENS, rid)
             meta = served["meta_info"]
             assert served["output_ids"] == reference[tuple(ids)], f"prompt {ids}"
             assert sum(meta["hedgespec_histogram"]) == meta["hedgespec_rounds"][0] == meta["spec_verify_ct"]
@@ -103,7 +91,7 @@ def test_concurrent_requests_draft_with_their_own_heads(ckpt, tmp_path):
     srv = tiny_server(ckpt, "t_const", drafters, tmp_path / "mix.log", fused=True)
     try:
         with cf.ThreadPoolExecutor(len(prompts)) as ex:
-            futs = {rid: ex.submit(_generate, srv.plan.base_url, p, n_new, rid) for rid, p in zip(expected, prompts)}
+            futs = {rid: ex.submit(generate_ids, srv.plan.base_url, p, n_new, rid) for rid, p in zip(expected, prompts)}
             served = {rid: f.result() for rid, f in futs.items()}
     finally:
         srv.stop()
@@ -138,7 +126,7 @@ def test_fused_pool_drops_heads_with_non_finite_outputs(tmp_path):
     srv = tiny_server(tmp_path, "t_rand", ["d_nan", "d0", "d_inf"], log, fused=True)
     try:
         for j, ids in enumerate(PROMPTS):
-            out = _generate(srv.plan.base_url, ids, NEW_TOKENS, f"faults-{j}")
+            out = generate_ids(srv.plan.base_url, ids, NEW_TOKENS, f"faults-{j}")
             meta = out["meta_info"]
             assert out["output_ids"] == reference[tuple(ids)], ids
             assert meta["hedgespec_dropped"] == ["d_nan", "d_inf"]
@@ -150,3 +138,28 @@ def test_fused_pool_drops_heads_with_non_finite_outputs(tmp_path):
     for name in ("d_nan", "d_inf"):
         assert len(re.findall(rf"drafter '{name}' gave non-finite \(NaN/inf\) logits or hidden states", text)) == 1
     assert len(re.findall("HEDGESPEC: drafter", text)) == 2
+
+
+def test_heads_the_batched_evaluation_does_not_cover_run_their_own_forward(ckpt, tmp_path):
+    """A head that normalises the target features before its fc (``norm_before_fc``, as some published EAGLE-3
+    checkpoints do) is outside what the batched evaluation computes: the pool then evaluates each head with its
+    own SGLang forward, and the output is still transformers' greedy output."""
+    import shutil
+
+    for name in ("d0", "d1"):
+        shutil.copytree(ckpt / name, tmp_path / name)
+    cfg_path = tmp_path / "d0" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["eagle_config"] = {**cfg["eagle_config"], "norm_before_fc": True}
+    cfg_path.write_text(json.dumps(cfg))
+    (tmp_path / "t_rand").symlink_to(ckpt / "t_rand")
+    reference = hf_greedy(ckpt / "t_rand", PROMPTS[:2], NEW_TOKENS)
+    srv = tiny_server(tmp_path, "t_rand", ["d0", "d1"], tmp_path / "per_head.log", fused=True)
+    try:
+        for j, ids in enumerate(PROMPTS[:2]):
+            out = generate_ids(srv.plan.base_url, ids, NEW_TOKENS, f"per-head-{j}")
+            meta = out["meta_info"]
+            assert out["output_ids"] == reference[tuple(ids)], ids
+            assert sum(meta["hedgespec_histogram"]) == meta["spec_verify_ct"] and meta["hedgespec_dropped"] == []
+    finally:
+        srv.stop()

@@ -8,7 +8,7 @@ EAGLE-3 heads, one KV pool with a layer per head), served by SGLang's one EAGLE 
   (first token, recurrent hidden state) is its chosen drafter's row, gathered from :class:`DraftRows`; the draft
   model runs only the heads some request chose and takes each row from its own request's head.
 * **evaluation**: one SGLang draft-extend over the verified tokens runs every live head (one forward, one
-  attention-metadata build, one logits processor pass per head); the model keeps every head's argmax at every
+  attention-metadata build, each matmul batched over the heads); the model keeps every head's argmax at every
   row, its first-token proposal and its hidden state at each request's last accepted row, read back in one
   transfer.
 
@@ -158,10 +158,10 @@ class FusedHedgeSpecWorker(HedgeSpecWorker):
         if po is None:
             self._stub_skipped_draft_extend(batch, out)  # SGLang's shape-valid rows; nothing drafts from them
             return argmaxes
-        last = torch.arange(0, b * ndt, ndt, device=po.top1.device) + out.accept_lens.to(po.top1.device) - 1
+        # each request's last accepted row (SGLang's select_index): the next round's first proposal and state
+        last = torch.arange(0, b * ndt, ndt) + out.accept_lens.to("cpu").long() - 1
         host, ok = self._read(po.top1, po.finite)  # [A, B*ndt]
-        firsts = host.view(len(po.drafters), b, ndt)[:, torch.arange(b), (out.accept_lens.to("cpu") - 1).long()]
-        self._keep(po, rows, req_rows, last, firsts, ok)
+        self._keep(po, rows, req_rows, last.to(po.top1.device), host[:, last], ok)
         for a, j in enumerate(po.drafters):
             if ok[a]:
                 argmaxes[j] = host[a].view(b, ndt)

@@ -103,16 +103,11 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         self.live: list[int] = list(range(n))  # set by the worker when it drops a head
         self.pool_output: PoolOutput | None = None
         self.load_lm_head_from_target = False
-        self.capture_aux_hidden_states = True
         self._vocab: tuple[torch.Tensor, list[torch.Tensor]] | None = None
         self._batchable: bool | None = None
         self._stacked: dict[str, torch.Tensor] | None = None
 
     # ------------------------------------------------------------------ what SGLang's EAGLE worker calls
-    @property
-    def model(self) -> Any:  # SGLang reads model.embed_tokens etc. through .model on some paths
-        return self.heads[0].model
-
     @property
     def lm_head(self) -> Any:
         return self.heads[0].lm_head
@@ -188,12 +183,15 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             )
         union, cols = self._pool_vocab()
         if evaluate and self._batched(forward_batch):
-            self.pool_output, first, hidden = self._evaluate_batched(active, positions, forward_batch, embeds)
-            first = self._scatter(first, cols[active[0]], union.numel())
-            return LogitsProcessorOutput(next_token_logits=first, hidden_states=hidden)
+            logits, hidden = self._evaluate_batched(active, positions, forward_batch, embeds)
+            self.pool_output = self._output(active, logits, hidden, union, cols)
+            first = self._scatter(logits[0], cols[active[0]], union.numel())
+            return LogitsProcessorOutput(next_token_logits=first, hidden_states=hidden[0])
         outs = [self._head(i, input_ids, positions, forward_batch, embeds) for i in active]
         if evaluate:  # SGLang builds its (unused) next draft input from the first head's; the worker reads them all
-            self.pool_output = self._evaluation(active, outs, union, cols)
+            logits = torch.stack([lo.next_token_logits for lo in outs])
+            hidden = torch.stack([lo.hidden_states for lo in outs])
+            self.pool_output = self._output(active, logits, hidden, union, cols)
             first = self._scatter(outs[0].next_token_logits, cols[active[0]], union.numel())
             return LogitsProcessorOutput(next_token_logits=first, hidden_states=outs[0].hidden_states)
         logits = [self._scatter(lo.next_token_logits, cols[i], union.numel()) for i, lo in zip(active, outs)]
@@ -236,10 +234,11 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
                 self._stacked[kind] = stacked if kind != "lm_head" else stacked[:, :vocab]
         return self._stacked
 
-    def _evaluate_batched(self, active, positions, forward_batch, embeds) -> tuple[PoolOutput, torch.Tensor, Any]:
+    def _evaluate_batched(self, active, positions, forward_batch, embeds) -> tuple[torch.Tensor, torch.Tensor]:
         """The evaluation forward of heads ``active``: each matmul one batched product over the heads (the fc one
         product, its input being shared), norms, rotary embedding and attention by each head's own SGLang modules
-        (head i's attention on KV layer i). Rows kept as SGLang's logits processor keeps them."""
+        (head i's attention on KV layer i). Returns the logits [A, S, draft vocab] and recurrent hidden states
+        [A, S, H] at the rows SGLang's logits processor keeps."""
         w = self._stack()
         if len(active) != len(self.heads):
             idx = torch.as_tensor(active, device=w["fc"].device)
@@ -276,14 +275,7 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             to_logits, to_aux = h.model.norm(down[a].contiguous(), residual[a])
             final.append(to_logits if keep is None else to_logits[keep])
             hidden.append(to_aux if keep is None else to_aux[keep])
-        logits = torch.bmm(torch.stack(final), w["lm_head"].transpose(1, 2)).float()
-        union, cols = self._pool_vocab()
-        arg = torch.argmax(logits, dim=-1)  # [A, S]
-        kept = torch.stack([cols[i][arg[a]] for a, i in enumerate(active)])
-        stacked_hidden = torch.stack(hidden)
-        finite = torch.isfinite(logits.amax(dim=-1)).all(dim=-1) & torch.isfinite(stacked_hidden).flatten(1).all(-1)
-        po = PoolOutput(tuple(active), union[kept], kept, stacked_hidden, finite)
-        return po, logits[0], hidden[0]
+        return torch.bmm(torch.stack(final), w["lm_head"].transpose(1, 2)).float(), torch.stack(hidden)
 
     def _head(self, i: int, input_ids, positions, forward_batch, embeds) -> Any:
         head = self.heads[i]
@@ -301,24 +293,13 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         out[rows, top] = torch.nextafter(out[rows, top], out.new_tensor(float("inf")))
         return out
 
-    def _evaluation(self, active, outs, union, cols) -> PoolOutput:
-        top1, kept, hidden, finite = [], [], [], []
-        for i, lo in zip(active, outs):
-            arg = torch.argmax(lo.next_token_logits, dim=-1)
-            top1.append(union[cols[i][arg]])
-            kept.append(cols[i][arg])
-            hidden.append(lo.hidden_states)
-            ok = torch.isfinite(lo.next_token_logits.amax(dim=-1)).all()
-            if lo.hidden_states is not None:
-                ok = ok & torch.isfinite(lo.hidden_states).all()
-            finite.append(ok)
-        return PoolOutput(
-            drafters=tuple(active),
-            top1=torch.stack(top1),
-            kept_top1=torch.stack(kept),
-            kept_hidden=torch.stack(hidden),
-            finite=torch.stack(finite),
-        )
+    @staticmethod
+    def _output(active, logits: torch.Tensor, hidden: torch.Tensor, union, cols) -> PoolOutput:
+        """The heads' evaluation results from their logits [A, S, draft vocab] and hidden states [A, S, H]."""
+        arg = torch.argmax(logits, dim=-1)  # [A, S], draft ids
+        kept = torch.stack([cols[i][arg[a]] for a, i in enumerate(active)])
+        finite = torch.isfinite(logits.amax(dim=-1)).all(dim=-1) & torch.isfinite(hidden).flatten(1).all(dim=-1)
+        return PoolOutput(tuple(active), union[kept], kept, hidden, finite)
 
 
 def _plain_head(head: Any) -> bool:
