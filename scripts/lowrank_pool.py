@@ -6,8 +6,8 @@ Usage:
     python scripts/lowrank_pool.py pool=smollm2 ++pool.manifest=pools/smollm2-ft.yaml reads=1.3 out=smollm2-ft-b13
 
 The reference engine evaluates such a pool with the base weights read once per pass
-(hedgespec.engine.lowrank); SGLang serves its experts' dense rank-r weights. Config: conf/lowrank_pool.yaml;
-details: docs/pools.md.
+(hedgespec.engine.lowrank), and so does the SGLang server's fused pool (serve fused=true).
+Config: conf/lowrank_pool.yaml; details: docs/pools.md.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from _engine_helpers import GREEDY, decoding
 from _requires import sglang_or_skip
 from _serve_helpers import generate_ids, hf_greedy, tiny_checkpoints, tiny_server
@@ -34,7 +35,6 @@ def ckpt(tmp_path_factory) -> Path:
 
 
 def _engine(ckpt: Path, target: str, drafters: list[str]):
-    import torch
     from transformers import AutoModelForCausalLM
 
     from hedgespec.engine.eagle3 import Eagle3Drafter
@@ -47,7 +47,6 @@ def _engine(ckpt: Path, target: str, drafters: list[str]):
 
 
 def _engine_run(engine, ids: list[int], n: int, rid: str):
-    import torch
 
     from hedgespec.types import RequestContext
 
@@ -163,3 +162,86 @@ def test_heads_the_batched_evaluation_does_not_cover_run_their_own_forward(ckpt,
             assert sum(meta["hedgespec_histogram"]) == meta["spec_verify_ct"] and meta["hedgespec_dropped"] == []
     finally:
         srv.stop()
+
+
+def _low_rank_experts(ckpt: Path, out: Path) -> list[str]:
+    """A low-rank pool over a random head ``b`` for the constant target (whose greedy token is always 0), written
+    as scripts/lowrank_pool.py writes one: ``b`` itself (the base); ``agree``, b plus rank-1 deltas (and its own
+    final norm) that make it propose token 0 at every position; ``lr2``, b plus the rank-2 truncation of half its
+    difference to another random head. Only the factors make ``agree`` agree: evaluated as b it would not."""
+    from hedgespec.engine.eagle3 import MATRICES, Eagle3Drafter
+    from hedgespec.engine.lowrank import LowRankDrafter
+    from hedgespec.serving.tiny import make_drafter
+
+    make_drafter(out / "b", ckpt / "t_const", seed=3)
+    make_drafter(out / "far", ckpt / "t_const", seed=4)
+    base, far = Eagle3Drafter.load(out / "b", name="b"), Eagle3Drafter.load(out / "far")
+    assert int(base.d2t[0]) == 0, "draft id 0 should be target token 0"
+    w = {k: v.clone() for k, v in base.weights.items()}
+    # final residual coordinate 0 = 50 * g^2 sigmoid(g) >= 0 (no fc or attention part; gate row 0 = up row 0),
+    # the final norm keeps only it, and lm_head column 0 maps it to draft id 0 alone: draft id 0 wins every row
+    w["fc"][0], w["o"][0], w["gate"][0] = 0.0, 0.0, w["up"][0]
+    w["down"][0] = 0.0
+    w["down"][0, 0] = 50.0
+    w["norm"] = torch.zeros_like(w["norm"])
+    w["norm"][0] = 1.0
+    w["lm_head"][:, 0] = 0.0
+    w["lm_head"][0, 0] = 1.0
+    agree = Eagle3Drafter(base.config, w, base.d2t, base.t2d, name="agree")
+    LowRankDrafter.from_expert(base, agree, 1).save(out / "agree")
+    half = {k: (v + far.weights[k]) / 2 if k in MATRICES else v for k, v in base.weights.items()}
+    LowRankDrafter.from_expert(base, Eagle3Drafter(base.config, half, base.d2t, base.t2d, name="lr2"), 2).save(
+        out / "lr2"
+    )
+    (out / "t_const").symlink_to(ckpt / "t_const")
+    return ["b", "agree", "lr2"]
+
+
+def test_low_rank_pool_evaluates_base_once_and_chooses_as_the_reference_engine(ckpt, tmp_path):
+    """A low-rank pool (a base head and experts as base + rank-r factors) is evaluated with the base's matrices
+    read once (the server says so), its output is transformers' greedy output, its drafter choices are the
+    reference engine's (which evaluates such a pool the same way, hedgespec.engine.lowrank), and the expert whose
+    factors make it agree with the target is found and drafts nearly every round."""
+    from transformers import AutoModelForCausalLM
+
+    from hedgespec.engine.eagle3 import Eagle3Drafter
+    from hedgespec.engine.generate import SpeculativeEngine
+    from hedgespec.engine.lowrank import LowRankDrafter
+    from hedgespec.selectors import make_selector
+
+    drafters = _low_rank_experts(ckpt, tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(ckpt / "t_const", dtype=torch.float32).eval()
+    base = Eagle3Drafter.load(tmp_path / "b", model)
+    heads = [base] + [LowRankDrafter.load_factors(tmp_path / d, base, d) for d in drafters[1:]]
+    engine = SpeculativeEngine(model, heads, make_selector("hedgespec"), decoding("chain", 3))
+    prompts = [[3 + i, 7, 11 + i] for i in range(3)]
+    reference = hf_greedy(ckpt / "t_const", prompts, 40)
+    log = tmp_path / "lowrank.log"
+    srv = tiny_server(tmp_path, "t_const", drafters, log, fused=True)
+    try:
+        for j, ids in enumerate(prompts):
+            rid = f"lowrank-{j}"
+            served = generate_ids(srv.plan.base_url, ids, 40, rid)
+            meta = served["meta_info"]
+            assert served["output_ids"] == reference[tuple(ids)], ids
+            out, stats = _engine_run(engine, ids, 40, rid)
+            assert out == served["output_ids"]
+            assert meta["hedgespec_histogram"] == stats.histogram(3), (meta, stats.chosen)
+            assert meta["hedgespec_histogram"][1] >= meta["spec_verify_ct"] - 2, meta
+    finally:
+        srv.stop()
+    assert "low-rank evaluation over base 'b'" in log.read_text()
+
+
+def test_low_rank_factors_that_do_not_make_the_weights_are_refused(ckpt, tmp_path):
+    """An expert whose lowrank.safetensors is another expert's (a swapped file) stops the server at startup with
+    the drafter named, instead of serving an evaluation of other weights than the expert drafts with."""
+    import shutil
+
+    drafters = _low_rank_experts(ckpt, tmp_path)
+    shutil.copy(tmp_path / "lr2" / "lowrank.safetensors", tmp_path / "agree" / "lowrank.safetensors")
+    log = tmp_path / "swapped.log"
+    with pytest.raises(RuntimeError, match="during startup"):
+        tiny_server(tmp_path, "t_const", drafters, log, fused=True).stop()
+    text = log.read_text()
+    assert "drafter 'agree': its fc weights are not base 'b' + the factors in its lowrank.safetensors" in text

@@ -247,7 +247,7 @@ def test_greedy_gamma_rows_and_acceptance_run():
 
 def test_fused_pool_plan_writes_one_draft_model_directory(tiny_dir, tmp_path):
     """fused=true: the draft model path is a pool directory holding drafter 0's config with the pool
-    architecture, one draft layer per drafter and the drafter list; a dry run names it without writing it."""
+    architecture, one draft layer per drafter and the drafter list with their names; a dry run names it without writing it."""
     from hedgespec.serving.pool_model import ARCH, MARKER, POOL_KEY
 
     work = tmp_path / "work"
@@ -260,6 +260,7 @@ def test_fused_pool_plan_writes_one_draft_model_directory(tiny_dir, tmp_path):
     drafter0 = json.loads((Path(plan.drafter_paths[0]) / "config.json").read_text())
     assert cfg["architectures"] == [ARCH] and cfg["num_hidden_layers"] == len(plan.drafter_paths) == 4
     assert cfg[POOL_KEY]["drafters"] == plan.drafter_paths and (pool_dir / MARKER).is_file()
+    assert cfg[POOL_KEY]["names"] == plan.drafter_names  # a low-rank expert's factors name their base
     assert {k: v for k, v in cfg.items() if k not in ("architectures", "num_hidden_layers", POOL_KEY)} == {
         k: v for k, v in drafter0.items() if k not in ("architectures", "num_hidden_layers")
     }

@@ -492,7 +492,9 @@ def check_sizing(cfg: Any) -> None:
         raise ValueError(f"mem_fraction_static={frac!r}: must be a fraction in (0, 1) of the GPU memory, or null")
 
 
-def _fused_pool_dir(cfg: Any, paths: list[str], configs: list[dict[str, Any]], prepare: bool) -> str | None:
+def _fused_pool_dir(
+    cfg: Any, names: list[str], paths: list[str], configs: list[dict[str, Any]], prepare: bool
+) -> str | None:
     """With ``fused=true``: the directory SGLang loads as the one pool draft model
     (:func:`hedgespec.serving.pool_model.write_pool_dir`; written when ``prepare``, a dry run only names it),
     keyed by the drafters it holds. None with ``fused=false``."""
@@ -506,7 +508,7 @@ def _fused_pool_dir(cfg: Any, paths: list[str], configs: list[dict[str, Any]], p
     if prepare:
         from hedgespec.serving.pool_model import write_pool_dir
 
-        write_pool_dir(out, paths, configs)
+        write_pool_dir(out, paths, configs, names)
     return str(out)
 
 
@@ -535,7 +537,7 @@ def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> Se
         names, paths = [], []
     host, port = str(_get(cfg, "host", "127.0.0.1")), int(_get(cfg, "port", 30000))
     algorithm = "NONE" if sel.plain else "EAGLE3" if sel.stock else "HEDGESPEC"
-    pool_dir = _fused_pool_dir(cfg, paths, configs, prepare) if algorithm == "HEDGESPEC" else None
+    pool_dir = _fused_pool_dir(cfg, names, paths, configs, prepare) if algorithm == "HEDGESPEC" else None
     draft_path = pool_dir or (paths[0] if paths else None)
     spec = [] if sel.plain else ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", draft_path]
     argv = [

@@ -19,10 +19,14 @@ One forward runs:
 * draft-extend (prefill or decode extend; ``forward_mode`` not decode): **every live head** over the same rows
   (same target features, same tokens), each matmul one batched product over the heads for plain unquantized
   single-GPU heads (:meth:`HedgeSpecPoolForCausalLMEagle3._evaluate_batched`), else each head's own SGLang
-  forward. The returned logits and hidden states are those of the first live head (SGLang needs one valid
-  tensor); every head's results are kept in :attr:`pool_output` (:class:`PoolOutput`) for the worker: its argmax
-  (target ids) at the rows SGLang keeps (every row of a decode extend), its pool-vocabulary top-1 and hidden state
-  there, and whether all of it is finite.
+  forward. For a low-rank pool (every head but one is that base head plus rank-r deltas, written by
+  ``scripts/lowrank_pool.py``: ``lowrank.safetensors`` next to the dense weights) a matmul reads the base's matrix
+  once for all heads plus each head's two thin factors (:class:`hedgespec.engine.lowrank.LowRankStack`, the
+  reference engine's batched pass), so one evaluation reads about one head's weights instead of N. The returned
+  logits and hidden states are those of the first live head (SGLang needs one valid tensor); every head's
+  results are kept in :attr:`pool_output` (:class:`PoolOutput`) for the worker: its argmax (target ids) at the
+  rows SGLang keeps (every row of a decode extend), its pool-vocabulary top-1 and hidden state there, and whether
+  all of it is finite.
 * a draft decode step: only the heads that some request chose (``spec_info.hedgespec_active``, a tuple of drafter
   indices) run; each row's logits and hidden state come from its request's head
   (``spec_info.hedgespec_slots``: per row, the position of its head in ``hedgespec_active``). A row's recurrent
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +49,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from hedgespec.engine.lowrank import FACTORS_FILE, LowRankStack
+
 ARCH = "HedgeSpecPoolForCausalLMEagle3"
 POOL_KEY = "hedgespec_pool"
 MARKER = "hedgespec_pool.safetensors"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -84,6 +93,7 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             raise ValueError(f"{ARCH}: every head needs its own lm_head and draft_vocab_size (EAGLE-3 heads do)")
         self.config = config
         self.drafters = [str(p) for p in pool["drafters"]]
+        self.names = [str(x) for x in pool.get("names") or []]
         n = len(self.drafters)
         if int(config.num_hidden_layers) != n:
             raise ValueError(f"{ARCH}: num_hidden_layers ({config.num_hidden_layers}) must equal the drafters ({n})")
@@ -105,7 +115,8 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         self.load_lm_head_from_target = False
         self._vocab: tuple[torch.Tensor, list[torch.Tensor]] | None = None
         self._batchable: bool | None = None
-        self._stacked: dict[str, torch.Tensor] | None = None
+        self._stacked: dict[str, torch.Tensor | LowRankStack] | None = None
+        self.lowrank_base: str | None = None  # the base head's name when the evaluation runs low-rank
 
     # ------------------------------------------------------------------ what SGLang's EAGLE worker calls
     @property
@@ -156,6 +167,9 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
 
             head.load_weights(tensors())
         self._vocab = None
+        self._stacked = None
+        if self._plain():
+            self._stack()  # at load: a low-rank pool's factors are read and checked before the server is up
 
     # ------------------------------------------------------------------ forward
     @torch.no_grad()
@@ -208,31 +222,99 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
     def _batched(self, forward_batch: Any) -> bool:
         """Whether an evaluation can run with stacked weights: plain unquantized single-GPU heads (no biases, no
         feature norms, no TP), target features as input. Otherwise every head runs its own SGLang forward."""
+        hidden = forward_batch.spec_info.hidden_states
+        return self._plain() and hidden is not None and hidden.shape[-1] != int(self.config.hidden_size)
+
+    def _plain(self) -> bool:
         if self._batchable is None:
             self._batchable = all(_plain_head(h) for h in self.heads)
-        hidden = forward_batch.spec_info.hidden_states
-        return self._batchable and hidden is not None and hidden.shape[-1] != int(self.config.hidden_size)
+        return self._batchable
 
-    def _stack(self) -> dict[str, torch.Tensor]:
-        """Every head's matmul weights as one [N, out, in] tensor per kind, the heads' own parameters re-pointed
-        at their slices (no second copy)."""
+    def _stack(self) -> dict[str, torch.Tensor | LowRankStack]:
+        """Every head's matmul weights per kind: for a low-rank pool the base's matrix and each head's factors
+        (:meth:`_low_rank`), else one [N, out, in] tensor, the heads' own parameters re-pointed at their slices
+        (no second copy)."""
         if self._stacked is None:
-            vocab = int(self.config.draft_vocab_size)
-            params = {
-                "fc": [h.model.fc.weight for h in self.heads],
-                "qkv": [h.model.layers[0].self_attn.qkv_proj.weight for h in self.heads],
-                "o": [h.model.layers[0].self_attn.o_proj.weight for h in self.heads],
-                "gate_up": [h.model.layers[0].mlp.gate_up_proj.weight for h in self.heads],
-                "down": [h.model.layers[0].mlp.down_proj.weight for h in self.heads],
-                "lm_head": [h.lm_head.weight for h in self.heads],
-            }
-            self._stacked = {}
-            for kind, ws in params.items():
-                stacked = torch.stack([w.data for w in ws])
-                for i, w in enumerate(ws):
-                    w.data = stacked[i]
-                self._stacked[kind] = stacked if kind != "lm_head" else stacked[:, :vocab]
+            self._stacked = self._low_rank() or self._dense()
         return self._stacked
+
+    def _matrices(self) -> dict[str, list[torch.Tensor]]:
+        """Per kind of matmul, every head's SGLang weight parameter [out, in] (qkv and gate_up merged)."""
+        return {
+            "fc": [h.model.fc.weight for h in self.heads],
+            "qkv": [h.model.layers[0].self_attn.qkv_proj.weight for h in self.heads],
+            "o": [h.model.layers[0].self_attn.o_proj.weight for h in self.heads],
+            "gate_up": [h.model.layers[0].mlp.gate_up_proj.weight for h in self.heads],
+            "down": [h.model.layers[0].mlp.down_proj.weight for h in self.heads],
+            "lm_head": [h.lm_head.weight for h in self.heads],
+        }
+
+    def _dense(self) -> dict[str, torch.Tensor | LowRankStack]:
+        vocab = int(self.config.draft_vocab_size)
+        stacks: dict[str, torch.Tensor | LowRankStack] = {}
+        for kind, ws in self._matrices().items():
+            stacked = torch.stack([w.data for w in ws])
+            for i, w in enumerate(ws):
+                w.data = stacked[i]
+            stacks[kind] = stacked if kind != "lm_head" else stacked[:, :vocab]
+        return stacks
+
+    def _low_rank(self) -> dict[str, torch.Tensor | LowRankStack] | None:
+        """The low-rank form of the pool when it has one: one head is the base and every other head's directory
+        holds ``lowrank.safetensors`` with rank-r factors of its deltas from that base (by name). Each kind's
+        :class:`LowRankStack` has the base head's own parameter as its base (a view) and per head the factors
+        (zero for the base head; q/k/v and gate/up factors merged block-diagonally, as SGLang merges the weights).
+        Refuses, naming the drafter, a head whose dense weights are not base + its factors."""
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        files = [Path(p) / FACTORS_FILE for p in self.drafters]
+        bases = set()
+        for f in files:
+            if f.is_file():
+                with safe_open(str(f), framework="pt") as fh:
+                    bases.add((fh.metadata() or {}).get("base"))
+        if not bases:
+            return None
+        base_name = next(iter(bases))
+        b = self.names.index(base_name) if base_name in self.names and len(self.names) == len(files) else -1
+        if len(bases) > 1 or b < 0 or files[b].is_file() or any(not f.is_file() for i, f in enumerate(files) if i != b):
+            logger.info(
+                "HEDGESPEC fused pool: dense evaluation; a low-rank one needs every drafter but one base to hold "
+                "factors of that base, which is served too (bases named: %s; drafters %s)",
+                sorted(str(x) for x in bases),
+                self.names,
+            )
+            return None
+        factors = [None if i == b else load_file(str(f)) for i, f in enumerate(files)]
+        vocab = int(self.config.draft_vocab_size)
+        stacks: dict[str, torch.Tensor | LowRankStack] = {}
+        for kind, ws in self._matrices().items():
+            dense = [w[:vocab] if kind == "lm_head" else w for w in ws]
+            base = dense[b]
+            parts = [
+                None if f is None else _merged_factors(f, _FACTOR_KEYS[kind], self.names[i])
+                for i, f in enumerate(factors)
+            ]
+            width = max(a.shape[1] for a, _ in (p for p in parts if p is not None))
+            a = base.new_zeros((len(ws), base.shape[1], width))
+            bb = base.new_zeros((len(ws), width, base.shape[0]))
+            for i, p in enumerate(parts):
+                if p is None:
+                    continue
+                pa, pb = (t.to(device=base.device, dtype=base.dtype) for t in p)
+                _check_delta(dense[i], base, pa, pb, self.names[i], base_name, kind)
+                a[i, :, : pa.shape[1]], bb[i, : pb.shape[0]] = pa, pb
+            stacks[kind] = LowRankStack(base.t(), a, bb)
+        self.lowrank_base = base_name
+        reads = sum(s.base.numel() + s.a.numel() + s.b.numel() for s in stacks.values())  # type: ignore[union-attr]
+        one = sum(s.base.numel() for s in stacks.values())  # type: ignore[union-attr]
+        logger.info(
+            "HEDGESPEC fused pool: low-rank evaluation over base %r: one evaluation reads %.2fx one head's matrices",
+            base_name,
+            reads / one,
+        )
+        return stacks
 
     def _evaluate_batched(self, active, positions, forward_batch, embeds) -> tuple[torch.Tensor, torch.Tensor]:
         """The evaluation forward of heads ``active``: each matmul one batched product over the heads (the fc one
@@ -241,12 +323,16 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         [A, S, H] at the rows SGLang's logits processor keeps."""
         w = self._stack()
         if len(active) != len(self.heads):
-            idx = torch.as_tensor(active, device=w["fc"].device)
-            w = {k: v.index_select(0, idx) for k, v in w.items()}
+            idx = torch.as_tensor(active, device=embeds.device)
+            w = {k: v[idx] if isinstance(v, LowRankStack) else v.index_select(0, idx) for k, v in w.items()}
         heads = [self.heads[i] for i in active]
         n, rows, size = len(heads), embeds.shape[0], int(self.config.hidden_size)
-        feats = forward_batch.spec_info.hidden_states.to(w["fc"].dtype)
-        x = torch.nn.functional.linear(feats, w["fc"].reshape(n * size, -1)).view(rows, n, size).transpose(0, 1)
+        fc = w["fc"]
+        feats = forward_batch.spec_info.hidden_states.to(embeds.dtype)
+        if isinstance(fc, LowRankStack):  # the shared features as a stride-0 batch: the base's fc runs once
+            x = fc.bmm(feats.unsqueeze(0).expand(n, -1, -1))
+        else:
+            x = torch.nn.functional.linear(feats, fc.reshape(n * size, -1)).view(rows, n, size).transpose(0, 1)
         residual = [x[a].contiguous() for a in range(n)]
         inp = torch.stack(
             [
@@ -254,28 +340,28 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
                 for h, r in zip(heads, residual)
             ]
         )
-        qkv = torch.bmm(inp, w["qkv"].transpose(1, 2))
+        qkv = _bmm(w["qkv"], inp)
         attn = []
         for a, h in enumerate(heads):
             mod = h.model.layers[0].self_attn
             q, k, v = qkv[a].split([mod.q_size, mod.kv_size, mod.kv_size], dim=-1)
             q, k = mod.rotary_emb(positions, q, k)
             attn.append(mod.attn(q, k, v, forward_batch))
-        out = torch.bmm(torch.stack(attn), w["o"].transpose(1, 2))
+        out = _bmm(w["o"], torch.stack(attn))
         normed = []
         for a, h in enumerate(heads):
             y, residual[a] = h.model.layers[0].post_attention_layernorm(out[a].contiguous(), residual[a])
             normed.append(y)
-        up = torch.bmm(torch.stack(normed), w["gate_up"].transpose(1, 2))
+        up = _bmm(w["gate_up"], torch.stack(normed))
         act = heads[0].model.layers[0].mlp.act_fn(up.view(n * rows, -1)).view(n, rows, -1)
-        down = torch.bmm(act, w["down"].transpose(1, 2))
+        down = _bmm(w["down"], act)
         keep = _kept_rows(forward_batch)
         final, hidden = [], []
         for a, h in enumerate(heads):
             to_logits, to_aux = h.model.norm(down[a].contiguous(), residual[a])
             final.append(to_logits if keep is None else to_logits[keep])
             hidden.append(to_aux if keep is None else to_aux[keep])
-        return torch.bmm(torch.stack(final), w["lm_head"].transpose(1, 2)).float(), torch.stack(hidden)
+        return _bmm(w["lm_head"], torch.stack(final)).float(), torch.stack(hidden)
 
     def _head(self, i: int, input_ids, positions, forward_batch, embeds) -> Any:
         head = self.heads[i]
@@ -300,6 +386,53 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         kept = torch.stack([cols[i][arg[a]] for a, i in enumerate(active)])
         finite = torch.isfinite(logits.amax(dim=-1)).all(dim=-1) & torch.isfinite(hidden).flatten(1).all(dim=-1)
         return PoolOutput(tuple(active), union[kept], kept, hidden, finite)
+
+
+#: per kind of SGLang matmul, the checkpoint weights merged into it, in SGLang's order (lowrank.safetensors keys)
+_FACTOR_KEYS = {
+    "fc": ("fc.weight",),
+    "qkv": ("midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight", "midlayer.self_attn.v_proj.weight"),
+    "o": ("midlayer.self_attn.o_proj.weight",),
+    "gate_up": ("midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight"),
+    "down": ("midlayer.mlp.down_proj.weight",),
+    "lm_head": ("lm_head.weight",),
+}
+
+
+def _bmm(w: torch.Tensor | LowRankStack, x: torch.Tensor) -> torch.Tensor:
+    """x [N, R, in] through each head's matrix: [N, R, out]."""
+    return w.bmm(x) if isinstance(w, LowRankStack) else torch.bmm(x, w.transpose(1, 2))
+
+
+def _merged_factors(
+    state: dict[str, torch.Tensor], keys: Sequence[str], name: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The factors (A [in, r], B [r, out], transposed layout) of a merged SGLang matmul from those of its parts:
+    A side by side, B block-diagonal, so A @ B is the parts' deltas side by side."""
+    missing = [k for k in keys for part in ("a", "b") if f"{k}.{part}" not in state]
+    if missing:
+        raise ValueError(
+            f"{ARCH}: drafter {name!r}: {FACTORS_FILE} lacks {missing}; rewrite it with scripts/lowrank_pool.py"
+        )
+    a = torch.cat([state[f"{k}.a"] for k in keys], dim=1)
+    return a, torch.block_diag(*[state[f"{k}.b"] for k in keys])
+
+
+def _check_delta(
+    dense: torch.Tensor, base: torch.Tensor, a: torch.Tensor, b: torch.Tensor, name: str, base_name: str, kind: str
+) -> None:
+    """Refuse factors that do not make the head's dense weights from the base's (an edited or swapped file)."""
+    if tuple(a.shape[:1]) + tuple(b.shape[1:]) != tuple(base.t().shape) or a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"{ARCH}: drafter {name!r}: factors of {kind} have shapes {tuple(a.shape)} x {tuple(b.shape)}, which do "
+            f"not make base {base_name!r}'s {tuple(base.t().shape)} (transposed) delta"
+        )
+    want = base.float() + (a.float() @ b.float()).t()
+    if not torch.allclose(dense.float(), want, rtol=1e-2, atol=1e-2 * float(want.abs().max()) + 1e-6):
+        raise ValueError(
+            f"{ARCH}: drafter {name!r}: its {kind} weights are not base {base_name!r} + the factors in its "
+            f"{FACTORS_FILE}; rewrite the pool with scripts/lowrank_pool.py"
+        )
 
 
 def _plain_head(head: Any) -> bool:
@@ -340,9 +473,12 @@ def _kept_rows(forward_batch: Any) -> torch.Tensor | None:
 EntryClass = [HedgeSpecPoolForCausalLMEagle3]
 
 
-def write_pool_dir(out: Path, drafters: Sequence[str | Path], configs: Sequence[dict[str, Any]]) -> Path:
+def write_pool_dir(
+    out: Path, drafters: Sequence[str | Path], configs: Sequence[dict[str, Any]], names: Sequence[str] | None = None
+) -> Path:
     """The pool directory SGLang loads as the draft model: drafter 0's config with this architecture, one KV
-    layer per drafter and the drafter list, plus a marker safetensors file. Written only when it changes."""
+    layer per drafter, the drafter list and their names (a low-rank expert's factors name their base), plus a
+    marker safetensors file. Written only when it changes."""
     from safetensors.torch import save_file
 
     out = Path(out)
@@ -351,6 +487,10 @@ def write_pool_dir(out: Path, drafters: Sequence[str | Path], configs: Sequence[
     cfg["architectures"] = [ARCH]
     cfg["num_hidden_layers"] = len(drafters)
     cfg[POOL_KEY] = {"drafters": [str(Path(d).resolve()) for d in drafters]}
+    if names is not None:
+        if len(names) != len(drafters):
+            raise ValueError(f"{len(names)} drafter names for {len(drafters)} drafters")
+        cfg[POOL_KEY]["names"] = [str(x) for x in names]
     text = json.dumps(cfg, indent=2, sort_keys=True)
     path = out / "config.json"
     if not path.exists() or path.read_text() != text:
