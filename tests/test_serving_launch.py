@@ -247,7 +247,8 @@ def test_greedy_gamma_rows_and_acceptance_run():
 
 def test_fused_pool_plan_writes_one_draft_model_directory(tiny_dir, tmp_path):
     """fused=true: the draft model path is a pool directory holding drafter 0's config with the pool
-    architecture, one draft layer per drafter and the drafter list with their names; a dry run names it without writing it."""
+    architecture, one draft layer per drafter and the drafter list with their names; a dry run names it without
+    writing it."""
     from hedgespec.serving.pool_model import ARCH, MARKER, POOL_KEY
 
     work = tmp_path / "work"
