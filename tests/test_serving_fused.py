@@ -73,6 +73,7 @@ def test_fused_pool_is_lossless_and_chooses_as_the_reference_engine(ckpt, tmp_pa
         assert generate_ids(srv.plan.base_url, PROMPTS[0], 1)["output_ids"] == reference[tuple(PROMPTS[0])][:1]
     finally:
         srv.stop()
+    assert "heads layout, one attention call over 3 heads" in (tmp_path / "fused.log").read_text()
 
 
 def test_concurrent_requests_draft_with_their_own_heads(ckpt, tmp_path):
@@ -142,7 +143,8 @@ def test_fused_pool_drops_heads_with_non_finite_outputs(tmp_path):
 def test_heads_the_batched_evaluation_does_not_cover_run_their_own_forward(ckpt, tmp_path):
     """A head that normalises the target features before its fc (``norm_before_fc``, as some published EAGLE-3
     checkpoints do) is outside what the batched evaluation computes: the pool then evaluates each head with its
-    own SGLang forward, and the output is still transformers' greedy output."""
+    own SGLang forward on its own KV layer (the layers layout), and the output is still transformers' greedy
+    output."""
     import shutil
 
     for name in ("d0", "d1"):
@@ -162,6 +164,7 @@ def test_heads_the_batched_evaluation_does_not_cover_run_their_own_forward(ckpt,
             assert sum(meta["hedgespec_histogram"]) == meta["spec_verify_ct"] and meta["hedgespec_dropped"] == []
     finally:
         srv.stop()
+    assert "layers layout" in (tmp_path / "per_head.log").read_text()  # one KV layer per head: the norm needs it
 
 
 def _low_rank_experts(ckpt: Path, out: Path) -> list[str]:

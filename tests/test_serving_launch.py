@@ -208,7 +208,7 @@ def test_every_shipped_serve_pool_composes():
     assert Path(CONF, "serve.yaml").read_text().startswith("# python serve/launch.py")
 
 
-def test_plugin_pool_sizing_hook_counts_all_drafters(monkeypatch):
+def test_plugin_pool_sizing_hook_counts_all_drafters(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     from hedgespec.serving import plugin
@@ -227,12 +227,17 @@ def test_plugin_pool_sizing_hook_counts_all_drafters(monkeypatch):
         SimpleNamespace(eagle_draft_num_layers=1), spec_algorithm=SimpleNamespace(name="EAGLE3"), is_draft_worker=False
     )
     assert other.eagle_draft_num_layers == 1
-    # the fused pool's own config has one draft layer per drafter: SGLang's count is already the pool's
-    monkeypatch.setenv("HEDGESPEC_CONFIG", json.dumps({"drafters": ["a", "b", "c"], "pool_dir": "p"}))
-    fused = plugin._count_all_draft_pools(
-        SimpleNamespace(eagle_draft_num_layers=3), spec_algorithm=algo, is_draft_worker=False
-    )
-    assert fused.eagle_draft_num_layers == 3
+    # the fused pool: its layers layout has one draft layer per drafter, SGLang's count is already the pool's; its
+    # heads layout has one layer of every drafter's KV heads, which the target must budget as 3 layers
+    pool_dir = tmp_path / "pool"
+    pool_dir.mkdir()
+    monkeypatch.setenv("HEDGESPEC_CONFIG", json.dumps({"drafters": ["a", "b", "c"], "pool_dir": str(pool_dir)}))
+    for layout, counted, want in (("layers", 3, 3), ("heads", 1, 3)):
+        (pool_dir / "config.json").write_text(json.dumps({"hedgespec_pool": {"layout": layout}}))
+        fused = plugin._count_all_draft_pools(
+            SimpleNamespace(eagle_draft_num_layers=counted), spec_algorithm=algo, is_draft_worker=False
+        )
+        assert fused.eagle_draft_num_layers == want, layout
 
 
 def test_greedy_gamma_rows_and_acceptance_run():
@@ -247,9 +252,9 @@ def test_greedy_gamma_rows_and_acceptance_run():
 
 def test_fused_pool_plan_writes_one_draft_model_directory(tiny_dir, tmp_path):
     """fused=true: the draft model path is a pool directory holding drafter 0's config with the pool
-    architecture, one draft layer per drafter and the drafter list with their names; a dry run names it without
-    writing it."""
-    from hedgespec.serving.pool_model import ARCH, MARKER, POOL_KEY
+    architecture, one draft layer with every drafter's attention heads and the drafter list with their names; a dry
+    run names it without writing it."""
+    from hedgespec.serving.pool_dir import ARCH, MARKER, POOL_KEY
 
     work = tmp_path / "work"
     dry = build_plan(_compose("pool=tiny", "device=cpu", "fused=true", f"workdir={work}"))
@@ -259,11 +264,18 @@ def test_fused_pool_plan_writes_one_draft_model_directory(tiny_dir, tmp_path):
     assert _flag(plan.argv, "--speculative-draft-model-path") == str(pool_dir)
     cfg = json.loads((pool_dir / "config.json").read_text())
     drafter0 = json.loads((Path(plan.drafter_paths[0]) / "config.json").read_text())
-    assert cfg["architectures"] == [ARCH] and cfg["num_hidden_layers"] == len(plan.drafter_paths) == 4
+    # the heads layout: one draft layer holding the 4 drafters' attention heads side by side
+    hq, hkv = drafter0["num_attention_heads"], drafter0["num_key_value_heads"]
+    head_dim = drafter0.get("head_dim") or drafter0["hidden_size"] // hq
+    assert cfg["architectures"] == [ARCH] and cfg["num_hidden_layers"] == 1 and len(plan.drafter_paths) == 4
+    assert (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]) == (4 * hq, 4 * hkv, head_dim)
+    assert cfg[POOL_KEY]["layout"] == "heads"
+    assert cfg[POOL_KEY]["head"] == {"num_attention_heads": hq, "num_key_value_heads": hkv, "head_dim": head_dim}
     assert cfg[POOL_KEY]["drafters"] == plan.drafter_paths and (pool_dir / MARKER).is_file()
     assert cfg[POOL_KEY]["names"] == plan.drafter_names  # a low-rank expert's factors name their base
-    assert {k: v for k, v in cfg.items() if k not in ("architectures", "num_hidden_layers", POOL_KEY)} == {
-        k: v for k, v in drafter0.items() if k not in ("architectures", "num_hidden_layers")
+    shape = ("architectures", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim")
+    assert {k: v for k, v in cfg.items() if k not in (*shape, POOL_KEY)} == {
+        k: v for k, v in drafter0.items() if k not in shape
     }
     worker = json.loads(plan.env["HEDGESPEC_CONFIG"])
     assert worker["drafters"] == plan.drafter_paths and worker["pool_dir"] == str(pool_dir)
@@ -287,3 +299,29 @@ def test_pool_vocabulary_is_the_union_of_the_heads_maps():
     assert union.tolist() == [0, 1, 2, 5, 7, 9]
     for m, c in zip([[0, 5, 9], [0, 1, 2], [2, 5, 7]], cols):
         assert union[c].tolist() == m  # each head's draft id d lands on the column of its target id
+
+
+def test_pool_directory_falls_back_to_one_layer_per_head_and_says_why(tmp_path):
+    """Heads the one-attention pass does not compute (a norm before the fc) or that differ in rotary embedding get
+    the layers layout (one KV layer per head), with the reason recorded; equal plain heads get the heads layout."""
+    from hedgespec.serving.pool_dir import POOL_KEY, stacked_refusal, write_pool_dir
+
+    plain = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 10000.0}
+    assert stacked_refusal([plain, dict(plain)], ["a", "b"]) is None
+    normed = {**plain, "eagle_config": {"norm_before_fc": True}}
+    assert stacked_refusal([plain, normed], ["a", "b"]) == "drafter 'b' sets norm_before_fc"
+    assert "rope_theta" in stacked_refusal([plain, {**plain, "rope_theta": 5e5}], ["a", "b"])
+    assert stacked_refusal([plain, {**plain, "head_dim": 8}], ["a", "b"]) == "the drafters differ in attention shape"
+    assert stacked_refusal([plain, {**plain, "head_dim": 16}], ["a", "b"]) is None  # 64 / 4 heads, said explicitly
+    cfg = json.loads(
+        (write_pool_dir(tmp_path / "p", ["a", "b"], [plain, normed], ["a", "b"]) / "config.json").read_text()
+    )
+    assert cfg["num_hidden_layers"] == 2 and cfg["num_attention_heads"] == 4 and "head_dim" not in cfg
+    assert cfg[POOL_KEY]["layout"] == "layers" and "norm_before_fc" in cfg[POOL_KEY]["layout_reason"]
+    cfg = json.loads((write_pool_dir(tmp_path / "p", ["a", "b"], [plain, plain]) / "config.json").read_text())
+    assert (cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]) == (
+        1,
+        8,
+        4,
+        16,
+    )

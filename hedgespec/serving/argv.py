@@ -496,7 +496,7 @@ def _fused_pool_dir(
     cfg: Any, names: list[str], paths: list[str], configs: list[dict[str, Any]], prepare: bool
 ) -> str | None:
     """With ``fused=true``: the directory SGLang loads as the one pool draft model
-    (:func:`hedgespec.serving.pool_model.write_pool_dir`; written when ``prepare``, a dry run only names it),
+    (:func:`hedgespec.serving.pool_dir.write_pool_dir`; written when ``prepare``, a dry run only names it),
     keyed by the drafters it holds. None with ``fused=false``."""
     fused = _get(cfg, "fused", False)
     if not isinstance(fused, bool):
@@ -506,7 +506,7 @@ def _fused_pool_dir(
     key = hashlib.sha256("\n".join(paths).encode()).hexdigest()[:12]
     out = Path(_get(cfg, "workdir", "outputs/serve")).resolve() / "fused-pools" / key
     if prepare:
-        from hedgespec.serving.pool_model import write_pool_dir
+        from hedgespec.serving.pool_dir import write_pool_dir
 
         write_pool_dir(out, paths, configs, names)
     return str(out)

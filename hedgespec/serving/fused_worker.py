@@ -2,7 +2,8 @@
 
 Same round, same selection and feedback as :class:`hedgespec.serving.worker.HedgeSpecWorker`; what changes is how
 the drafters run. The draft model is :class:`hedgespec.serving.pool_model.HedgeSpecPoolForCausalLMEagle3` (N
-EAGLE-3 heads, one KV pool with a layer per head), served by SGLang's one EAGLE draft worker:
+EAGLE-3 heads on one draft KV pool, by default one layer holding every head's KV heads and one attention call
+for all of them), served by SGLang's one EAGLE draft worker:
 
 * **drafting**: one SGLang ``draft`` for the whole batch, whatever the requests chose. Each request's draft input
   (first token, recurrent hidden state) is its chosen drafter's row, gathered from :class:`DraftRows`; the draft

@@ -108,16 +108,31 @@ def _fused() -> bool:
     return bool(os.environ.get(CONFIG_ENV)) and "pool_dir" in parse_worker_config(os.environ[CONFIG_ENV])
 
 
+def _draft_layers_counted() -> bool:
+    """Whether the draft model's own config already counts one draft KV layer per drafter: the per-drafter worker's
+    drafters have one each; the fused pool's ``layers`` layout has N, its ``heads`` layout one layer of N heads'
+    KV, as much memory as N layers of one head's."""
+    from hedgespec.serving.pool_dir import POOL_KEY
+
+    if not _fused():
+        return False
+    pool_dir = parse_worker_config(os.environ[CONFIG_ENV])["pool_dir"]
+    with open(os.path.join(pool_dir, "config.json")) as fh:
+        return (json.load(fh).get(POOL_KEY) or {}).get("layout", "layers") == "layers"
+
+
 def _count_all_draft_pools(config: Any, *args: Any, **kwargs: Any) -> Any:
+    """The target sizes its KV budget with the draft KV pool as ``eagle_draft_num_layers`` layers of its own per-layer
+    size: with N drafters that is N times the count of one draft model's config (unless it counts them already)."""
     spec_algorithm = kwargs.get("spec_algorithm")
     is_draft_worker = kwargs.get("is_draft_worker", False)
     n = _n_drafters()
     if (
         n > 1
-        and not _fused()  # the fused pool's config already has one draft layer per drafter
         and not is_draft_worker
         and getattr(spec_algorithm, "name", None) == ALGORITHM
         and getattr(config, "eagle_draft_num_layers", None)
+        and not _draft_layers_counted()
     ):
         config.eagle_draft_num_layers = int(config.eagle_draft_num_layers) * n
     return config
@@ -159,10 +174,12 @@ def register() -> None:
 
     if _fused():
         from sglang.srt.models.registry import ModelRegistry
+        from transformers import AutoConfig
 
-        from hedgespec.serving.pool_model import ARCH, HedgeSpecPoolForCausalLMEagle3
+        from hedgespec.serving.pool_model import ARCH, HedgeSpecPoolForCausalLMEagle3, PoolConfig
 
         ModelRegistry.models.setdefault(ARCH, HedgeSpecPoolForCausalLMEagle3)
+        AutoConfig.register(PoolConfig.model_type, PoolConfig, exist_ok=True)
 
     if not _registered:
         HookRegistry.register(_STREAMER_KEY, _request_level_key, HookType.AROUND)

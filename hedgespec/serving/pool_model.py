@@ -1,36 +1,41 @@
 """A pool of N EAGLE-3 heads as **one** SGLang draft model (architecture ``HedgeSpecPoolForCausalLMEagle3``).
 
 The HEDGESPEC worker's fused mode (``fused=true`` in the serve config) registers this class with SGLang's model
-registry and points ``--speculative-draft-model-path`` at a pool directory written by the launcher
-(:func:`write_pool_dir`): ``config.json`` is drafter 0's config with ``architectures`` set to this class,
-``num_hidden_layers`` = N (so SGLang gives the draft model **one** KV pool with one layer per drafter, on the
-shared allocator) and ``hedgespec_pool.drafters`` listing the drafter checkpoints, whose weights
-:meth:`HedgeSpecPoolForCausalLMEagle3.load_weights` reads itself (the directory's one small safetensors file only
-lets SGLang's loader start).
+registry and points ``--speculative-draft-model-path`` at the pool directory the launcher writes
+(:mod:`hedgespec.serving.pool_dir`: drafter 0's config with this architecture, the drafter checkpoints, whose
+weights :meth:`HedgeSpecPoolForCausalLMEagle3.load_weights` reads itself, and the KV layout).
 
 Each head is SGLang's own ``LlamaForCausalLMEagle3`` (its fc, decoder layer, norm, lm_head and d2t map, loaded by
-its own ``load_weights``); head i's attention writes and reads KV layer i. The heads share one token embedding
-(the target's, set by SGLang through :meth:`set_embed`). The draft vocabularies of the heads may differ (each
-domain's d2t map): the pool's vocabulary is their union (sorted target ids, :attr:`hot_token_id`), and each head's
-logits are scattered into its columns, so SGLang's own top-k and id mapping work unchanged.
+its own ``load_weights``). The heads share one token embedding (the target's, set by SGLang through
+:meth:`set_embed`). The draft vocabularies of the heads may differ (each domain's d2t map): the pool's vocabulary
+is their union (sorted target ids, :attr:`hot_token_id`), and each head's logits are scattered into its columns,
+so SGLang's own top-k and id mapping work unchanged.
+
+Two KV layouts (:mod:`hedgespec.serving.pool_dir`):
+
+* ``heads`` (the default where the heads allow it): one draft layer holding every head's KV heads side by side,
+  and **one** attention call (:attr:`attn`) for all heads; q/k/v of the heads a forward runs are placed in their
+  slices, the rest are zero. The whole forward is the stacked pass (:meth:`_pass`): each matmul one batched
+  product over the heads, norms by each head's own SGLang modules, one rotary embedding, one attention.
+  Needs plain unquantized single-GPU heads; anything else is refused at load, naming the fix.
+* ``layers``: head i on KV layer i with its own attention call; heads outside the stacked pass (a norm before the
+  fc, biases) run their own SGLang forward.
 
 One forward runs:
 
 * draft-extend (prefill or decode extend; ``forward_mode`` not decode): **every live head** over the same rows
-  (same target features, same tokens), each matmul one batched product over the heads for plain unquantized
-  single-GPU heads (:meth:`HedgeSpecPoolForCausalLMEagle3._evaluate_batched`), else each head's own SGLang
-  forward. For a low-rank pool (every head but one is that base head plus rank-r deltas, written by
-  ``scripts/lowrank_pool.py``: ``lowrank.safetensors`` next to the dense weights) a matmul reads the base's matrix
-  once for all heads plus each head's two thin factors (:class:`hedgespec.engine.lowrank.LowRankStack`, the
-  reference engine's batched pass), so one evaluation reads about one head's weights instead of N. The returned
-  logits and hidden states are those of the first live head (SGLang needs one valid tensor); every head's
-  results are kept in :attr:`pool_output` (:class:`PoolOutput`) for the worker: its argmax (target ids) at the
-  rows SGLang keeps (every row of a decode extend), its pool-vocabulary top-1 and hidden state there, and whether
-  all of it is finite.
+  (same target features, same tokens). For a low-rank pool (every head but one is that base head plus rank-r
+  deltas, written by ``scripts/lowrank_pool.py``: ``lowrank.safetensors`` next to the dense weights) a matmul
+  reads the base's matrix once for all heads plus each head's two thin factors
+  (:class:`hedgespec.engine.lowrank.LowRankStack`, the reference engine's batched pass), so one evaluation reads
+  about one head's weights instead of N. The returned logits and hidden states are those of the first live head
+  (SGLang needs one valid tensor); every head's results are kept in :attr:`pool_output` (:class:`PoolOutput`) for
+  the worker: its argmax (target ids) at the rows SGLang keeps (every row of a decode extend), its
+  pool-vocabulary top-1 and hidden state there, and whether all of it is finite.
 * a draft decode step: only the heads that some request chose (``spec_info.hedgespec_active``, a tuple of drafter
-  indices) run; each row's logits and hidden state come from its request's head
-  (``spec_info.hedgespec_slots``: per row, the position of its head in ``hedgespec_active``). A row's recurrent
-  state is its own head's.
+  indices) run, with their dense weights; each row's logits and hidden state come from its request's head
+  (``spec_info.hedgespec_slots``: per row, the position of its head in ``hedgespec_active``), and in the ``heads``
+  layout each row's q/k/v fill only its own head's slice. A row's recurrent state is its own head's.
 
 No module-level sglang import besides what the class needs: this module is imported only by the plugin when the
 server runs the fused mode.
@@ -39,7 +44,6 @@ server runs the fused mode.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -48,12 +52,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import AutoConfig, PretrainedConfig
 
 from hedgespec.engine.lowrank import FACTORS_FILE, LowRankStack
-
-ARCH = "HedgeSpecPoolForCausalLMEagle3"
-POOL_KEY = "hedgespec_pool"
-MARKER = "hedgespec_pool.safetensors"
+from hedgespec.serving.pool_dir import ARCH, MODEL_TYPE, POOL_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +70,25 @@ class PoolOutput:
     kept_top1: torch.Tensor  # [A, S] argmax at the kept rows, pool-vocabulary ids (SGLang's draft input ids)
     kept_hidden: torch.Tensor  # [A, S, H] recurrent hidden state at the kept rows
     finite: torch.Tensor  # [A] bool: the head's logits have a finite maximum in every row, its hidden states finite
+
+
+class PoolConfig(PretrainedConfig):
+    """The config of a pool in the heads layout (:data:`~hedgespec.serving.pool_dir.MODEL_TYPE`): its fields are
+    drafter 0's, with the stacked attention shape; only SGLang's sizing reads it, each head gets its own config."""
+
+    model_type = MODEL_TYPE
+
+
+def head_config(config: Any, pool: dict[str, Any]) -> Any:
+    """One head's config: the pool's own (layers layout) or, in the heads layout, rebuilt as the drafters' config
+    type with one head's attention shape."""
+    cfg = copy.deepcopy(config)
+    if pool.get("layout") == "heads":
+        fields = {k: v for k, v in config.to_dict().items() if k not in (POOL_KEY, "model_type")}
+        cfg = AutoConfig.for_model(str(pool.get("head_model_type", "llama")), **{**fields, **pool["head"]})
+    cfg.num_hidden_layers = 1
+    cfg.architectures = ["LlamaForCausalLMEagle3"]
+    return cfg
 
 
 def union_vocab(maps: Sequence[torch.Tensor | None], draft_vocab: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -95,21 +116,42 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         self.drafters = [str(p) for p in pool["drafters"]]
         self.names = [str(x) for x in pool.get("names") or []]
         n = len(self.drafters)
-        if int(config.num_hidden_layers) != n:
-            raise ValueError(f"{ARCH}: num_hidden_layers ({config.num_hidden_layers}) must equal the drafters ({n})")
+        shape = pool.get("head") if pool.get("layout") == "heads" else None
+        layers = 1 if shape else n
+        if int(config.num_hidden_layers) != layers:
+            raise ValueError(
+                f"{ARCH}: num_hidden_layers ({config.num_hidden_layers}) must be {layers} for {n} drafters in the "
+                f"{'heads' if shape else 'layers'} layout; rewrite the pool directory with the launcher"
+            )
         heads = []
         for i in range(n):
-            cfg = copy.deepcopy(config)
-            cfg.num_hidden_layers = 1
-            cfg.architectures = ["LlamaForCausalLMEagle3"]
+            cfg = head_config(config, pool)
             if i:  # the heads share head 0's token embedding (replaced by the target's): no N copies of it
                 cfg.vocab_size = 1
             head = LlamaForCausalLMEagle3(cfg, quant_config, prefix=f"{prefix}heads.{i}.")
-            head.model.layers[0].self_attn.attn.layer_id = i  # head i owns KV layer i of the draft pool
+            head.model.layers[0].self_attn.attn.layer_id = 0 if shape else i  # layers layout: head i on KV layer i
             if i:
                 head.model.embed_tokens = heads[0].model.embed_tokens
             heads.append(head)
         self.heads = nn.ModuleList(heads)
+        self.attn: nn.Module | None = None  # heads layout: the one attention over every head's slice of layer 0
+        if shape:
+            from sglang.srt.layers.radix_attention import RadixAttention
+
+            own = heads[0].model.layers[0].self_attn
+            self.attn = RadixAttention(
+                n * own.num_heads, own.head_dim, own.scaling, num_kv_heads=n * own.num_kv_heads, layer_id=0,
+                prefix=f"{prefix}attn",
+            )  # fmt: skip
+            logger.info(
+                "HEDGESPEC fused pool: heads layout, one attention call over %d heads (%d query / %d KV heads each)",
+                n, own.num_heads, own.num_kv_heads,
+            )  # fmt: skip
+        else:
+            logger.info(
+                "HEDGESPEC fused pool: layers layout, one KV layer and attention call per head (%s)",
+                pool.get("layout_reason") or "pool directory written before the heads layout",
+            )
         self.live: list[int] = list(range(n))  # set by the worker when it drops a head
         self.pool_output: PoolOutput | None = None
         self.load_lm_head_from_target = False
@@ -168,6 +210,11 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             head.load_weights(tensors())
         self._vocab = None
         self._stacked = None
+        if self.attn is not None and not self._plain():
+            raise ValueError(
+                f"{ARCH}: the heads layout (one attention over every head) needs unquantized heads without biases or "
+                "feature norms on one GPU (no tensor parallelism); serve this pool with fused=false"
+            )
         if self._plain():
             self._stack()  # at load: a low-rank pool's factors are read and checked before the server is up
 
@@ -196,11 +243,20 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
                 else f"{ARCH}: no live head to run"
             )
         union, cols = self._pool_vocab()
-        if evaluate and self._batched(forward_batch):
-            logits, hidden = self._evaluate_batched(active, positions, forward_batch, embeds)
+        if evaluate and (self.attn is not None or self._batched(forward_batch)):
+            logits, hidden = self._pass(active, positions, forward_batch, embeds, None)
             self.pool_output = self._output(active, logits, hidden, union, cols)
             first = self._scatter(logits[0], cols[active[0]], union.numel())
             return LogitsProcessorOutput(next_token_logits=first, hidden_states=hidden[0])
+        if self.attn is not None:  # a draft step of the chosen heads, each row taking its own head's results
+            slots = spec.hedgespec_slots if len(active) > 1 else torch.zeros_like(positions, dtype=torch.long)
+            logits, hidden = self._pass(active, positions, forward_batch, embeds, slots)
+            rows = torch.arange(slots.numel(), device=slots.device)
+            own = torch.stack([cols[i] for i in active])[slots]  # [rows, draft vocab]: each row's head's columns
+            return LogitsProcessorOutput(
+                next_token_logits=self._scatter(logits[slots, rows], own, union.numel()),
+                hidden_states=hidden[slots, rows],
+            )
         outs = [self._head(i, input_ids, positions, forward_batch, embeds) for i in active]
         if evaluate:  # SGLang builds its (unused) next draft input from the first head's; the worker reads them all
             logits = torch.stack([lo.next_token_logits for lo in outs])
@@ -218,7 +274,7 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             hidden_states=torch.stack([lo.hidden_states for lo in outs])[slot, rows],
         )
 
-    # ------------------------------------------------------------------ evaluation with the heads' matmuls batched
+    # ------------------------------------------------------------------ the heads' weights
     def _batched(self, forward_batch: Any) -> bool:
         """Whether an evaluation can run with stacked weights: plain unquantized single-GPU heads (no biases, no
         feature norms, no TP), target features as input. Otherwise every head runs its own SGLang forward."""
@@ -316,23 +372,23 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         )
         return stacks
 
-    def _evaluate_batched(self, active, positions, forward_batch, embeds) -> tuple[torch.Tensor, torch.Tensor]:
-        """The evaluation forward of heads ``active``: each matmul one batched product over the heads (the fc one
-        product, its input being shared), norms, rotary embedding and attention by each head's own SGLang modules
-        (head i's attention on KV layer i). Returns the logits [A, S, draft vocab] and recurrent hidden states
-        [A, S, H] at the rows SGLang's logits processor keeps."""
-        w = self._stack()
-        if len(active) != len(self.heads):
-            idx = torch.as_tensor(active, device=embeds.device)
-            w = {k: v[idx] if isinstance(v, LowRankStack) else v.index_select(0, idx) for k, v in w.items()}
+    # ------------------------------------------------------------------ the stacked pass
+    def _pass(self, active, positions, forward_batch, embeds, slots) -> tuple[torch.Tensor, torch.Tensor]:
+        """The forward of heads ``active`` over every row: each matmul one batched product over the heads (the fc
+        one product over the shared target features), norms by each head's own SGLang modules, attention by
+        :meth:`_attend`. An evaluation (``slots`` None) multiplies by the pool's stacks (a low-rank pool's base
+        once); a draft step (``slots``: per row, the position of its head in ``active``) by the heads' dense
+        weights. Returns the logits [A, S, draft vocab] (float) and recurrent hidden states [A, S, H] at the rows
+        SGLang's logits processor keeps (every row in a draft step)."""
         heads = [self.heads[i] for i in active]
-        n, rows, size = len(heads), embeds.shape[0], int(self.config.hidden_size)
-        fc = w["fc"]
+        n, size = len(heads), int(self.config.hidden_size)
+
+        def mm(kind: str, x: torch.Tensor) -> torch.Tensor:
+            return self._matmul(kind, active, x, dense=slots is not None)
+
         feats = forward_batch.spec_info.hidden_states.to(embeds.dtype)
-        if isinstance(fc, LowRankStack):  # the shared features as a stride-0 batch: the base's fc runs once
-            x = fc.bmm(feats.unsqueeze(0).expand(n, -1, -1))
-        else:
-            x = torch.nn.functional.linear(feats, fc.reshape(n * size, -1)).view(rows, n, size).transpose(0, 1)
+        shared = feats.unsqueeze(0).expand(n, -1, -1)  # every head's input, stride 0
+        x = shared if feats.shape[-1] == size else mm("fc", shared)
         residual = [x[a].contiguous() for a in range(n)]
         inp = torch.stack(
             [
@@ -340,28 +396,77 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
                 for h, r in zip(heads, residual)
             ]
         )
-        qkv = _bmm(w["qkv"], inp)
-        attn = []
-        for a, h in enumerate(heads):
-            mod = h.model.layers[0].self_attn
-            q, k, v = qkv[a].split([mod.q_size, mod.kv_size, mod.kv_size], dim=-1)
-            q, k = mod.rotary_emb(positions, q, k)
-            attn.append(mod.attn(q, k, v, forward_batch))
-        out = _bmm(w["o"], torch.stack(attn))
+        out = mm("o", self._attend(active, mm("qkv", inp), positions, forward_batch, slots))
         normed = []
         for a, h in enumerate(heads):
             y, residual[a] = h.model.layers[0].post_attention_layernorm(out[a].contiguous(), residual[a])
             normed.append(y)
-        up = _bmm(w["gate_up"], torch.stack(normed))
-        act = heads[0].model.layers[0].mlp.act_fn(up.view(n * rows, -1)).view(n, rows, -1)
-        down = _bmm(w["down"], act)
-        keep = _kept_rows(forward_batch)
+        up = mm("gate_up", torch.stack(normed))
+        rows = up.shape[1]
+        down = mm("down", heads[0].model.layers[0].mlp.act_fn(up.reshape(n * rows, -1)).view(n, rows, -1))
+        keep = None if slots is not None else _kept_rows(forward_batch)
         final, hidden = [], []
         for a, h in enumerate(heads):
             to_logits, to_aux = h.model.norm(down[a].contiguous(), residual[a])
             final.append(to_logits if keep is None else to_logits[keep])
             hidden.append(to_aux if keep is None else to_aux[keep])
-        return _bmm(w["lm_head"], torch.stack(final)).float(), torch.stack(hidden)
+        return mm("lm_head", torch.stack(final)).float(), torch.stack(hidden)
+
+    def _matmul(self, kind: str, active: tuple[int, ...], x: torch.Tensor, dense: bool) -> torch.Tensor:
+        """x [A, R, in] through the ``kind`` matrix of each head in ``active``: [A, R, out]. All heads of a dense
+        pool: one batched product over the stack. ``dense`` with some heads (a draft step): each head's own
+        parameter, nothing copied. Otherwise the stack's rows of ``active`` (a low-rank stack: its base once)."""
+        stack = self._stack()[kind]
+        everyone = len(active) == len(self.heads)
+        if dense and not (everyone and isinstance(stack, torch.Tensor)):
+            vocab = int(self.config.draft_vocab_size)
+            mats = [m[:vocab] if kind == "lm_head" else m for m in self._matrices()[kind]]
+            return torch.stack([torch.nn.functional.linear(x[a], mats[i]) for a, i in enumerate(active)])
+        if not everyone:
+            idx = torch.as_tensor(active, device=x.device)
+            stack = stack[idx] if isinstance(stack, LowRankStack) else stack.index_select(0, idx)
+        if isinstance(stack, torch.Tensor) and x.shape[0] > 1 and x.stride(0) == 0:  # shared rows: one product
+            a, out = stack.shape[0], stack.shape[1]
+            y = torch.nn.functional.linear(x[0], stack.reshape(a * out, -1))
+            return y.view(x.shape[1], a, out).transpose(0, 1)
+        return _bmm(stack, x)
+
+    def _attend(self, active, qkv: torch.Tensor, positions, forward_batch, slots) -> torch.Tensor:
+        """Attention of heads ``active`` from their q/k/v [A, R, q+2kv]: [A, R, q].
+
+        Layers layout: each head's own rotary embedding and attention on its KV layer. Heads layout: one rotary
+        embedding over every head's q/k and one attention call over the stacked layer, each head in its own
+        slice, zeros in the slices of heads that do not run. In a draft step a row fills only its own head's
+        slice (its KV slot's other slices are zero: those draft positions are read only by that row's head, and
+        the next draft-extend rewrites them); the other heads' outputs at that row are discarded by the caller."""
+        first = self.heads[active[0]].model.layers[0].self_attn
+        qs, kvs = first.q_size, first.kv_size
+        if self.attn is None:
+            outs = []
+            for a, i in enumerate(active):
+                mod = self.heads[i].model.layers[0].self_attn
+                q, k, v = qkv[a].split([qs, kvs, kvs], dim=-1)
+                q, k = mod.rotary_emb(positions, q, k)
+                outs.append(mod.attn(q, k, v, forward_batch))
+            return torch.stack(outs)
+        n, rows = len(self.heads), qkv.shape[1]
+        q, k, v = (t.transpose(0, 1).reshape(rows, -1) for t in qkv.split([qs, kvs, kvs], dim=-1))  # [R, A*size]
+        q, k = first.rotary_emb(positions, q, k)  # the heads share one rotary embedding (pool_dir.SHARED_KEYS)
+        idx = torch.as_tensor(active, device=qkv.device)
+        parts = [t.reshape(rows, len(active), -1) for t in (q, k, v)]
+        if slots is not None or len(active) != n:
+            placed = []
+            for t in parts:
+                full = t.new_zeros((rows, n, t.shape[-1]))
+                if slots is None:
+                    full[:, idx] = t
+                else:
+                    at = torch.arange(rows, device=t.device)
+                    full[at, idx[slots]] = t[at, slots]
+                placed.append(full)
+            parts = placed
+        o = self.attn(*(t.reshape(rows, -1) for t in parts), forward_batch).view(rows, n, qs)
+        return o[:, idx].transpose(0, 1)
 
     def _head(self, i: int, input_ids, positions, forward_batch, embeds) -> Any:
         head = self.heads[i]
@@ -370,12 +475,14 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
 
     @staticmethod
     def _scatter(logits: torch.Tensor, cols: torch.Tensor, width: int) -> torch.Tensor:
-        """A head's logits [R, draft vocab] in the pool's columns, −inf elsewhere. The head's own argmax (first
-        maximum in its draft order) is raised by one ulp, so exact ties break as the head alone breaks them
-        (the pool's column order is by target id, which a head's d2t need not follow)."""
-        out = logits.new_full((logits.shape[0], width), float("-inf"))
-        out[:, cols] = logits
-        rows, top = torch.arange(logits.shape[0], device=logits.device), cols[torch.argmax(logits, dim=-1)]
+        """Logits [R, draft vocab] in the pool's columns (``cols``: the head's [draft vocab], or each row's head's
+        [R, draft vocab]), −inf elsewhere. Each row's own argmax (first maximum in its head's draft order) is
+        raised by one ulp, so exact ties break as the head alone breaks them (the pool's column order is by
+        target id, which a head's d2t need not follow)."""
+        cols = cols.expand(logits.shape[0], -1) if cols.dim() == 1 else cols
+        out = logits.new_full((logits.shape[0], width), float("-inf")).scatter_(1, cols, logits)
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        top = cols[rows, torch.argmax(logits, dim=-1)]
         out[rows, top] = torch.nextafter(out[rows, top], out.new_tensor(float("inf")))
         return out
 
@@ -388,7 +495,6 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         return PoolOutput(tuple(active), union[kept], kept, hidden, finite)
 
 
-#: per kind of SGLang matmul, the checkpoint weights merged into it, in SGLang's order (lowrank.safetensors keys)
 _FACTOR_KEYS = {
     "fc": ("fc.weight",),
     "qkv": ("midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight", "midlayer.self_attn.v_proj.weight"),
@@ -471,30 +577,3 @@ def _kept_rows(forward_batch: Any) -> torch.Tensor | None:
 
 
 EntryClass = [HedgeSpecPoolForCausalLMEagle3]
-
-
-def write_pool_dir(
-    out: Path, drafters: Sequence[str | Path], configs: Sequence[dict[str, Any]], names: Sequence[str] | None = None
-) -> Path:
-    """The pool directory SGLang loads as the draft model: drafter 0's config with this architecture, one KV
-    layer per drafter, the drafter list and their names (a low-rank expert's factors name their base), plus a
-    marker safetensors file. Written only when it changes."""
-    from safetensors.torch import save_file
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = dict(configs[0])
-    cfg["architectures"] = [ARCH]
-    cfg["num_hidden_layers"] = len(drafters)
-    cfg[POOL_KEY] = {"drafters": [str(Path(d).resolve()) for d in drafters]}
-    if names is not None:
-        if len(names) != len(drafters):
-            raise ValueError(f"{len(names)} drafter names for {len(drafters)} drafters")
-        cfg[POOL_KEY]["names"] = [str(x) for x in names]
-    text = json.dumps(cfg, indent=2, sort_keys=True)
-    path = out / "config.json"
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    if not (out / MARKER).exists():
-        save_file({"hedgespec_pool.marker": torch.zeros(1)}, str(out / MARKER))
-    return out
