@@ -10,7 +10,8 @@
 #    transformers greedy for pools of 1/2/3 tiny drafters, selection moves to the agreeing drafter, 16 concurrent
 #    requests keep their own selector state, a malformed request gets a 4xx, stock EAGLE-3 greedy == greedy;
 #    tests/test_serving_fused.py: the same for the pool as one draft model (fused=true), 8 concurrent requests
-#    drafting with their own heads in one draft step, a low-rank pool evaluated with its base read once;
+#    drafting with their own heads in one draft step (the heads layout: one attention call on CUDA's attention
+#    backend for every head), a low-rank pool evaluated with its base read once;
 #    then tests/test_serving_sampled.py: at T=0.8 the first two tokens of 3000 seeded requests follow the
 #    target's law (chi-square per token), plain SGLang and HEDGESPEC with two drafters; then
 #    scripts/shapes_bench.py: HEDGESPEC with 8 heads vs stock EAGLE-3 at Llama-3.1-8B shapes (dummy weights,

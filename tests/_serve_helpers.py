@@ -70,10 +70,17 @@ CUDA_ARGS = ["--attention-backend", "triton", "--cuda-graph-max-bs", "4", "--mem
 
 
 def tiny_server(
-    root: Path, target: str, drafters: Sequence[str], log: Path, selector: str = "hedgespec", fused: bool = False
+    root: Path,
+    target: str,
+    drafters: Sequence[str],
+    log: Path,
+    selector: str = "hedgespec",
+    fused: bool = False,
+    layout: str = "layers",
 ):
     """A started server for the tiny checkpoints under ``root`` (``target`` and the ``drafters`` directories made
-    by hedgespec.serving.tiny), chain K=3, fp32, on ``TEST_DEVICE``; ``fused``: the pool as one draft model.
+    by hedgespec.serving.tiny), chain K=3, fp32, on ``TEST_DEVICE``; ``fused``: the pool as one draft model, its KV
+    in ``layout`` (``fused_layout``).
     The caller stops it."""
     from hedgespec.serving.argv import build_plan
     from hedgespec.serving.launch import ServerProcess
@@ -95,6 +102,7 @@ def tiny_server(
         "dtype": "float32",
         "workdir": str(root),
         "fused": fused,
+        "fused_layout": layout,
         "extra_args": CUDA_ARGS if TEST_DEVICE == "cuda" else [],
     }
     plan = build_plan(cfg, prepare=fused)  # prepare writes the fused pool's directory

@@ -58,7 +58,7 @@ def test_fused_pool_is_lossless_and_chooses_as_the_reference_engine(ckpt, tmp_pa
     drafters = ["d0", "d1", "d2"]
     reference = hf_greedy(ckpt / "t_rand", PROMPTS, NEW_TOKENS)
     engine = _engine(ckpt, "t_rand", drafters)
-    srv = tiny_server(ckpt, "t_rand", drafters, tmp_path / "fused.log", fused=True)
+    srv = tiny_server(ckpt, "t_rand", drafters, tmp_path / "fused.log", fused=True, layout="heads")
     try:
         assert "pool_dir" in json.loads(srv.plan.env["HEDGESPEC_CONFIG"])
         for j, ids in enumerate(PROMPTS):
@@ -88,7 +88,7 @@ def test_concurrent_requests_draft_with_their_own_heads(ckpt, tmp_path):
     expected = {f"mix-{i}": _engine_run(engine, p, n_new, f"mix-{i}") for i, p in enumerate(prompts)}
     first = {stats.chosen[0] for _, stats in expected.values()}
     assert len(first) > 1, "the request ids should start on different drafters (a mixed first draft step)"
-    srv = tiny_server(ckpt, "t_const", drafters, tmp_path / "mix.log", fused=True)
+    srv = tiny_server(ckpt, "t_const", drafters, tmp_path / "mix.log", fused=True, layout="heads")
     try:
         with cf.ThreadPoolExecutor(len(prompts)) as ex:
             futs = {rid: ex.submit(generate_ids, srv.plan.base_url, p, n_new, rid) for rid, p in zip(expected, prompts)}
@@ -155,7 +155,7 @@ def test_heads_the_batched_evaluation_does_not_cover_run_their_own_forward(ckpt,
     cfg_path.write_text(json.dumps(cfg))
     (tmp_path / "t_rand").symlink_to(ckpt / "t_rand")
     reference = hf_greedy(ckpt / "t_rand", PROMPTS[:2], NEW_TOKENS)
-    srv = tiny_server(tmp_path, "t_rand", ["d0", "d1"], tmp_path / "per_head.log", fused=True)
+    srv = tiny_server(tmp_path, "t_rand", ["d0", "d1"], tmp_path / "per_head.log", fused=True, layout="heads")
     try:
         for j, ids in enumerate(PROMPTS[:2]):
             out = generate_ids(srv.plan.base_url, ids, NEW_TOKENS, f"per-head-{j}")
@@ -164,7 +164,10 @@ def test_heads_the_batched_evaluation_does_not_cover_run_their_own_forward(ckpt,
             assert sum(meta["hedgespec_histogram"]) == meta["spec_verify_ct"] and meta["hedgespec_dropped"] == []
     finally:
         srv.stop()
-    assert "layers layout" in (tmp_path / "per_head.log").read_text()  # one KV layer per head: the norm needs it
+    assert (
+        "layers layout, one KV layer and attention call per head (drafter 'd0' sets norm_before_fc)"
+        in (tmp_path / "per_head.log").read_text()
+    )  # the heads layout was asked for; the norm needs its own forward
 
 
 def _low_rank_experts(ckpt: Path, out: Path) -> list[str]:
@@ -220,7 +223,7 @@ def test_low_rank_pool_evaluates_base_once_and_chooses_as_the_reference_engine(c
     prompts = [[3 + i, 7, 11 + i] for i in range(3)]
     reference = hf_greedy(ckpt / "t_const", prompts, 40)
     log = tmp_path / "lowrank.log"
-    srv = tiny_server(tmp_path, "t_const", drafters, log, fused=True)
+    srv = tiny_server(tmp_path, "t_const", drafters, log, fused=True, layout="heads")
     try:
         for j, ids in enumerate(prompts):
             rid = f"lowrank-{j}"

@@ -254,13 +254,15 @@ def test_fused_pool_plan_writes_one_draft_model_directory(tiny_dir, tmp_path):
     """fused=true: the draft model path is a pool directory holding drafter 0's config with the pool
     architecture, one draft layer with every drafter's attention heads and the drafter list with their names; a dry
     run names it without writing it."""
-    from hedgespec.serving.pool_dir import ARCH, MARKER, POOL_KEY
+    from hedgespec.serving.pool_dir import ARCH, MARKER, MODEL_TYPE, POOL_KEY
 
     work = tmp_path / "work"
-    dry = build_plan(_compose("pool=tiny", "device=cpu", "fused=true", f"workdir={work}"))
+    dry = build_plan(_compose("pool=tiny", "device=cpu", "fused=true", "fused_layout=heads", f"workdir={work}"))
     pool_dir = Path(_flag(dry.argv, "--speculative-draft-model-path"))
     assert not pool_dir.exists() and json.loads(dry.env["HEDGESPEC_CONFIG"])["pool_dir"] == str(pool_dir)
-    plan = build_plan(_compose("pool=tiny", "device=cpu", "fused=true", f"workdir={work}"), prepare=True)
+    plan = build_plan(
+        _compose("pool=tiny", "device=cpu", "fused=true", "fused_layout=heads", f"workdir={work}"), prepare=True
+    )
     assert _flag(plan.argv, "--speculative-draft-model-path") == str(pool_dir)
     cfg = json.loads((pool_dir / "config.json").read_text())
     drafter0 = json.loads((Path(plan.drafter_paths[0]) / "config.json").read_text())
@@ -273,7 +275,15 @@ def test_fused_pool_plan_writes_one_draft_model_directory(tiny_dir, tmp_path):
     assert cfg[POOL_KEY]["head"] == {"num_attention_heads": hq, "num_key_value_heads": hkv, "head_dim": head_dim}
     assert cfg[POOL_KEY]["drafters"] == plan.drafter_paths and (pool_dir / MARKER).is_file()
     assert cfg[POOL_KEY]["names"] == plan.drafter_names  # a low-rank expert's factors name their base
-    shape = ("architectures", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim")
+    assert cfg["model_type"] == MODEL_TYPE and cfg[POOL_KEY]["head_model_type"] == drafter0["model_type"]
+    shape = (
+        "architectures",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "model_type",
+    )
     assert {k: v for k, v in cfg.items() if k not in (*shape, POOL_KEY)} == {
         k: v for k, v in drafter0.items() if k not in shape
     }
@@ -287,6 +297,15 @@ def test_fused_pool_plan_writes_one_draft_model_directory(tiny_dir, tmp_path):
     assert "HEDGESPEC_CONFIG" not in eagle.env
     with pytest.raises(ValueError, match="fused='yes'"):
         build_plan(_compose("pool=tiny", "device=cpu", "fused=yes", f"workdir={work}"))
+    with pytest.raises(ValueError, match="fused_layout='rows'"):
+        build_plan(_compose("pool=tiny", "device=cpu", "fused=true", "fused_layout=rows", f"workdir={work}"))
+    # the default fused_layout=layers: one KV layer per drafter, in a directory of its own
+    layers = build_plan(_compose("pool=tiny", "device=cpu", "fused=true", f"workdir={work}"), prepare=True)
+    layers_dir = Path(_flag(layers.argv, "--speculative-draft-model-path"))
+    assert layers_dir != pool_dir
+    cfg = json.loads((layers_dir / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 4 and cfg["num_attention_heads"] == hq and cfg[POOL_KEY]["layout"] == "layers"
+    assert cfg[POOL_KEY]["layout_reason"] == "fused_layout=layers"
 
 
 def test_pool_vocabulary_is_the_union_of_the_heads_maps():

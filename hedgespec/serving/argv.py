@@ -37,6 +37,7 @@ from hedgespec.models import resolve_target
 from hedgespec.models.smollm2 import converted_dir
 from hedgespec.pools import load_pool
 from hedgespec.selectors import SELECTORS
+from hedgespec.serving.pool_dir import LAYOUTS
 from hedgespec.serving.server import cpu_environment  # imports no sglang
 
 DEVICES = ("cuda", "cpu")
@@ -497,18 +498,21 @@ def _fused_pool_dir(
 ) -> str | None:
     """With ``fused=true``: the directory SGLang loads as the one pool draft model
     (:func:`hedgespec.serving.pool_dir.write_pool_dir`; written when ``prepare``, a dry run only names it),
-    keyed by the drafters it holds. None with ``fused=false``."""
+    keyed by the drafters it holds and the KV layout asked for (``fused_layout``). None with ``fused=false``."""
     fused = _get(cfg, "fused", False)
     if not isinstance(fused, bool):
         raise ValueError(f"fused={fused!r}: must be true or false")
+    layout = _get(cfg, "fused_layout", "layers")
+    if layout not in LAYOUTS:
+        raise ValueError(f"fused_layout={layout!r}: expected one of {LAYOUTS}")
     if not fused:
         return None
-    key = hashlib.sha256("\n".join(paths).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join([*paths, layout]).encode()).hexdigest()[:12]
     out = Path(_get(cfg, "workdir", "outputs/serve")).resolve() / "fused-pools" / key
     if prepare:
         from hedgespec.serving.pool_dir import write_pool_dir
 
-        write_pool_dir(out, paths, configs, names)
+        write_pool_dir(out, paths, configs, names, layout=layout)
     return str(out)
 
 

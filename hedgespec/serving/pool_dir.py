@@ -4,14 +4,15 @@
 (the drafter checkpoints, their names, the KV layout); a marker safetensors file only lets SGLang's loader start
 (:class:`hedgespec.serving.pool_model.HedgeSpecPoolForCausalLMEagle3` reads each drafter's weights itself).
 
-Two KV layouts, both on SGLang's one draft KV pool and its shared allocator:
+Two KV layouts (the serve config's ``fused_layout``), both on SGLang's one draft KV pool and its shared allocator:
 
 * ``heads`` (when the heads can share one attention, :func:`stacked_refusal` is None): **one** draft layer whose
   KV heads are every drafter's side by side: ``num_attention_heads`` = N·Hq, ``num_key_value_heads`` = N·Hkv, an
   explicit ``head_dim`` and ``model_type`` :data:`MODEL_TYPE` (each head's own config is rebuilt from it).
   Drafter i owns query heads ``[i·Hq, (i+1)·Hq)`` and KV heads ``[i·Hkv, (i+1)·Hkv)``, so grouped-query attention
   over the stacked heads is each drafter's own, and one attention call serves all heads.
-* ``layers`` (otherwise): ``num_hidden_layers`` = N, drafter i on KV layer i, each head its own attention call.
+* ``layers`` (asked for, or the fallback): ``num_hidden_layers`` = N, drafter i on KV layer i, each head its own
+  attention call.
 
 Torch is needed only to write the marker file.
 """
@@ -26,6 +27,7 @@ from typing import Any
 ARCH = "HedgeSpecPoolForCausalLMEagle3"
 POOL_KEY = "hedgespec_pool"
 MARKER = "hedgespec_pool.safetensors"
+LAYOUTS = ("heads", "layers")
 #: the heads layout's config type: its N·Hq query heads need not divide ``hidden_size``, which a Llama config
 #: refuses; the plugin registers it with transformers (:class:`hedgespec.serving.pool_model.PoolConfig`)
 MODEL_TYPE = "hedgespec_pool"
@@ -66,11 +68,17 @@ def stacked_refusal(configs: Sequence[dict[str, Any]], names: Sequence[str]) -> 
 
 
 def write_pool_dir(
-    out: Path, drafters: Sequence[str | Path], configs: Sequence[dict[str, Any]], names: Sequence[str] | None = None
+    out: Path,
+    drafters: Sequence[str | Path],
+    configs: Sequence[dict[str, Any]],
+    names: Sequence[str] | None = None,
+    layout: str = "heads",
 ) -> Path:
     """Write the pool directory (module docstring) for ``drafters`` with their ``configs`` and ``names`` (a low-rank
-    expert's factors name their base); the layout is ``heads`` unless :func:`stacked_refusal` gives a reason,
-    which the directory records. Files are rewritten only when they change."""
+    expert's factors name their base). ``layout`` ``heads`` falls back to ``layers`` when :func:`stacked_refusal`
+    gives a reason, which the directory records. Files are rewritten only when they change."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}: expected one of {LAYOUTS}")
     from safetensors.torch import save_file
     from torch import zeros
 
@@ -85,7 +93,7 @@ def write_pool_dir(
     pool: dict[str, Any] = {"drafters": [str(Path(d).resolve()) for d in drafters]}
     if names is not None:
         pool["names"] = labels
-    reason = stacked_refusal(configs, labels)
+    reason = stacked_refusal(configs, labels) if layout == "heads" else "fused_layout=layers"
     if reason is None:
         shape = head_shape(cfg)
         cfg["num_hidden_layers"] = 1

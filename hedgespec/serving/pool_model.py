@@ -13,13 +13,13 @@ so SGLang's own top-k and id mapping work unchanged.
 
 Two KV layouts (:mod:`hedgespec.serving.pool_dir`):
 
-* ``heads`` (the default where the heads allow it): one draft layer holding every head's KV heads side by side,
-  and **one** attention call (:attr:`attn`) for all heads; q/k/v of the heads a forward runs are placed in their
-  slices, the rest are zero. The whole forward is the stacked pass (:meth:`_pass`): each matmul one batched
-  product over the heads, norms by each head's own SGLang modules, one rotary embedding, one attention.
-  Needs plain unquantized single-GPU heads; anything else is refused at load, naming the fix.
-* ``layers``: head i on KV layer i with its own attention call; heads outside the stacked pass (a norm before the
-  fc, biases) run their own SGLang forward.
+* ``heads`` (``fused_layout=heads``, where the heads allow it): one draft layer holding every head's KV heads
+  side by side, and **one** attention call (:attr:`attn`) for all heads; q/k/v of the heads a forward runs are
+  placed in their slices, the rest are zero. The whole forward is the stacked pass (:meth:`_pass`): each matmul
+  one batched product over the heads, norms by each head's own SGLang modules, one rotary embedding, one
+  attention. Needs plain unquantized single-GPU heads; anything else is refused at load, naming the fix.
+* ``layers`` (the default): head i on KV layer i with its own attention call; heads outside the stacked pass (a
+  norm before the fc, biases) run their own SGLang forward.
 
 One forward runs:
 
