@@ -272,7 +272,6 @@ def test_fused_pool_plan_writes_one_draft_model_directory(tiny_dir, tmp_path):
     assert cfg["architectures"] == [ARCH] and cfg["num_hidden_layers"] == 1 and len(plan.drafter_paths) == 4
     assert (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]) == (4 * hq, 4 * hkv, head_dim)
     assert cfg[POOL_KEY]["layout"] == "heads"
-    assert cfg[POOL_KEY]["head"] == {"num_attention_heads": hq, "num_key_value_heads": hkv, "head_dim": head_dim}
     assert cfg[POOL_KEY]["drafters"] == plan.drafter_paths and (pool_dir / MARKER).is_file()
     assert cfg[POOL_KEY]["names"] == plan.drafter_names  # a low-rank expert's factors name their base
     assert cfg["model_type"] == MODEL_TYPE and cfg[POOL_KEY]["head_model_type"] == drafter0["model_type"]

@@ -101,7 +101,7 @@ def write_pool_dir(
         cfg["num_key_value_heads"] = n * shape["num_key_value_heads"]
         cfg["head_dim"] = shape["head_dim"]
         cfg["model_type"] = MODEL_TYPE
-        pool.update(layout="heads", head=shape, head_model_type=str(configs[0].get("model_type", "llama")))
+        pool.update(layout="heads", head_model_type=str(configs[0].get("model_type", "llama")))
     else:
         cfg["num_hidden_layers"] = n
         pool.update(layout="layers", layout_reason=reason)

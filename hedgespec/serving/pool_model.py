@@ -79,13 +79,15 @@ class PoolConfig(PretrainedConfig):
     model_type = MODEL_TYPE
 
 
-def head_config(config: Any, pool: dict[str, Any]) -> Any:
+def head_config(config: Any, pool: dict[str, Any], n: int) -> Any:
     """One head's config: the pool's own (layers layout) or, in the heads layout, rebuilt as the drafters' config
-    type with one head's attention shape."""
+    type with one head's attention shape (the pool's stacked heads over its ``n`` drafters)."""
     cfg = copy.deepcopy(config)
     if pool.get("layout") == "heads":
         fields = {k: v for k, v in config.to_dict().items() if k not in (POOL_KEY, "model_type")}
-        cfg = AutoConfig.for_model(str(pool.get("head_model_type", "llama")), **{**fields, **pool["head"]})
+        fields["num_attention_heads"] = int(config.num_attention_heads) // n
+        fields["num_key_value_heads"] = int(config.num_key_value_heads) // n
+        cfg = AutoConfig.for_model(str(pool.get("head_model_type", "llama")), **fields)
     cfg.num_hidden_layers = 1
     cfg.architectures = ["LlamaForCausalLMEagle3"]
     return cfg
@@ -116,26 +118,26 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         self.drafters = [str(p) for p in pool["drafters"]]
         self.names = [str(x) for x in pool.get("names") or []]
         n = len(self.drafters)
-        shape = pool.get("head") if pool.get("layout") == "heads" else None
-        layers = 1 if shape else n
+        stacked = pool.get("layout") == "heads"
+        layers = 1 if stacked else n
         if int(config.num_hidden_layers) != layers:
             raise ValueError(
                 f"{ARCH}: num_hidden_layers ({config.num_hidden_layers}) must be {layers} for {n} drafters in the "
-                f"{'heads' if shape else 'layers'} layout; rewrite the pool directory with the launcher"
+                f"{'heads' if stacked else 'layers'} layout; rewrite the pool directory with the launcher"
             )
         heads = []
         for i in range(n):
-            cfg = head_config(config, pool)
+            cfg = head_config(config, pool, n)
             if i:  # the heads share head 0's token embedding (replaced by the target's): no N copies of it
                 cfg.vocab_size = 1
             head = LlamaForCausalLMEagle3(cfg, quant_config, prefix=f"{prefix}heads.{i}.")
-            head.model.layers[0].self_attn.attn.layer_id = 0 if shape else i  # layers layout: head i on KV layer i
+            head.model.layers[0].self_attn.attn.layer_id = 0 if stacked else i  # layers layout: head i on KV layer i
             if i:
                 head.model.embed_tokens = heads[0].model.embed_tokens
             heads.append(head)
         self.heads = nn.ModuleList(heads)
         self.attn: nn.Module | None = None  # heads layout: the one attention over every head's slice of layer 0
-        if shape:
+        if stacked:
             from sglang.srt.layers.radix_attention import RadixAttention
 
             own = heads[0].model.layers[0].self_attn
@@ -155,7 +157,7 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         self.live: list[int] = list(range(n))  # set by the worker when it drops a head
         self.pool_output: PoolOutput | None = None
         self.load_lm_head_from_target = False
-        self._vocab: tuple[torch.Tensor, list[torch.Tensor]] | None = None
+        self._vocab: tuple[torch.Tensor, torch.Tensor] | None = None
         self._batchable: bool | None = None
         self._stacked: dict[str, torch.Tensor | LowRankStack] | None = None
         self.lowrank_base: str | None = None  # the base head's name when the evaluation runs low-rank
@@ -181,11 +183,11 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
     def get_attention_sliding_window_size(self) -> int | None:
         return self.heads[0].get_attention_sliding_window_size()
 
-    def _pool_vocab(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def _pool_vocab(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._vocab is None:
             device = self.heads[0].lm_head.weight.device
             union, cols = union_vocab([h.hot_token_id for h in self.heads], int(self.config.draft_vocab_size))
-            self._vocab = union.to(device), [c.to(device) for c in cols]
+            self._vocab = union.to(device), torch.stack(cols).to(device)  # [N, draft vocab]: head i's columns
         return self._vocab
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -252,7 +254,7 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             slots = spec.hedgespec_slots if len(active) > 1 else torch.zeros_like(positions, dtype=torch.long)
             logits, hidden = self._pass(active, positions, forward_batch, embeds, slots)
             rows = torch.arange(slots.numel(), device=slots.device)
-            own = torch.stack([cols[i] for i in active])[slots]  # [rows, draft vocab]: each row's head's columns
+            own = cols[torch.as_tensor(active, device=slots.device)[slots]]  # [rows, draft vocab]: its head's columns
             return LogitsProcessorOutput(
                 next_token_logits=self._scatter(logits[slots, rows], own, union.numel()),
                 hidden_states=hidden[slots, rows],
@@ -490,11 +492,12 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
     def _output(active, logits: torch.Tensor, hidden: torch.Tensor, union, cols) -> PoolOutput:
         """The heads' evaluation results from their logits [A, S, draft vocab] and hidden states [A, S, H]."""
         arg = torch.argmax(logits, dim=-1)  # [A, S], draft ids
-        kept = torch.stack([cols[i][arg[a]] for a, i in enumerate(active)])
+        kept = torch.gather(cols[torch.as_tensor(active, device=arg.device)], 1, arg)
         finite = torch.isfinite(logits.amax(dim=-1)).all(dim=-1) & torch.isfinite(hidden).flatten(1).all(dim=-1)
         return PoolOutput(tuple(active), union[kept], kept, hidden, finite)
 
 
+#: per kind of SGLang matmul, the checkpoint weights merged into it, in SGLang's order (lowrank.safetensors keys)
 _FACTOR_KEYS = {
     "fc": ("fc.weight",),
     "qkv": ("midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight", "midlayer.self_attn.v_proj.weight"),
