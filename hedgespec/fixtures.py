@@ -293,8 +293,9 @@ def random_drafter_state(
     Matrices are N(0, std²), norms 1; ``lm_head_fan_in`` draws ``lm_head`` with std 1/sqrt(H) instead (logits of
     order 1). A draft vocabulary smaller than the target's maps onto a seeded random subset of target ids, drawn
     after the weights. ``mode``: ``random``; ``const``: final norm 0, so all draft logits tie and greedy drafting
-    always proposes draft token 0; ``anti``: like ``const`` with draft tokens 0 and 1 mapped to each other's
-    target ids (a permutation).
+    always proposes draft token 0; ``anti``: like ``const`` with the draft → target map rotated by half the draft
+    vocabulary (a permutation), so the target id of draft token 0 sits half the vocabulary away from the draft
+    tokens a tie-broken top-k picks (the lowest ones): neither its chain nor its tree proposes it.
     """
     check_drafter_mode(mode)
     h, inter, hd = config["hidden_size"], config["intermediate_size"], config["head_dim"]
@@ -325,7 +326,7 @@ def random_drafter_state(
         state["lm_head.weight"] = state["lm_head.weight"] * (1.0 / std) * (1.0 / math.sqrt(h))
     target_ids = torch.arange(v) if vd == v else torch.sort(torch.randperm(v, generator=g)[:vd]).values
     if mode == "anti":
-        target_ids[[0, 1]] = target_ids[[1, 0]]
+        target_ids = torch.roll(target_ids, -(vd // 2))
     state["d2t"] = target_ids - torch.arange(vd)  # target_id = draft_id + d2t[draft_id]
     state["t2d"] = torch.zeros(v, dtype=torch.bool)
     state["t2d"][target_ids] = True

@@ -11,7 +11,9 @@
 #    requests keep their own selector state, a malformed request gets a 4xx, stock EAGLE-3 greedy == greedy;
 #    tests/test_serving_fused.py: the same for the pool as one draft model (fused=true), 8 concurrent requests
 #    drafting with their own heads in one draft step (the heads layout: one attention call on CUDA's attention
-#    backend for every head), a low-rank pool evaluated with its base read once;
+#    backend for every head), a low-rank pool evaluated with its base read once; tests/test_serving_tree.py:
+#    HEDGESPEC drafting EAGLE trees (topk 2) == transformers greedy alone and 8 concurrent, the same choices as the
+#    reference engine's tree mode, selection moves to the agreeing drafter;
 #    then tests/test_serving_sampled.py: at T=0.8 the first two tokens of 3000 seeded requests follow the
 #    target's law (chi-square per token), plain SGLang and HEDGESPEC with two drafters; then
 #    scripts/shapes_bench.py: HEDGESPEC with 8 heads vs stock EAGLE-3 at Llama-3.1-8B shapes (dummy weights,
@@ -79,6 +81,8 @@ run_step serve-tests-cuda 360 \
   python -m pytest -m serve tests/test_serving_server.py tests/test_serving_fused.py -q -x -p no:cacheprovider -rA \
   --durations=10 || true
 grep -E "passed|failed|error" "$LOG_DIR/serve-tests-cuda.log" | tail -3 || true
+run_step serve-trees-cuda 180 \
+  python -m pytest -m serve tests/test_serving_tree.py -q -x -p no:cacheprovider -rA || true
 # sampled requests (T=0.8): the first two tokens' law vs the target's, plain SGLang and HEDGESPEC (its sampled
 # verification and the exact sampled gamma run only on CUDA)
 run_step sampled-law-cuda 150 \

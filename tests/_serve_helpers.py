@@ -77,10 +77,11 @@ def tiny_server(
     selector: str = "hedgespec",
     fused: bool = False,
     layout: str = "layers",
+    decoding: dict | None = None,
 ):
     """A started server for the tiny checkpoints under ``root`` (``target`` and the ``drafters`` directories made
-    by hedgespec.serving.tiny), chain K=3, fp32, on ``TEST_DEVICE``; ``fused``: the pool as one draft model, its KV
-    in ``layout`` (``fused_layout``).
+    by hedgespec.serving.tiny), chain K=3 (or ``decoding``), fp32, on ``TEST_DEVICE``; ``fused``: the pool as one
+    draft model, its KV in ``layout`` (``fused_layout``).
     The caller stops it."""
     from hedgespec.serving.argv import build_plan
     from hedgespec.serving.launch import ServerProcess
@@ -96,7 +97,7 @@ def tiny_server(
         "device": TEST_DEVICE,
         "host": "127.0.0.1",
         "port": free_port(),
-        "decoding": {"mode": "chain", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
+        "decoding": decoding or {"mode": "chain", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
         "max_running_requests": 16,
         "max_total_tokens": 4096,
         "dtype": "float32",

@@ -449,3 +449,32 @@ def test_greedy_gamma_batch_is_greedy_gamma_row_for_row():
         np.testing.assert_array_equal(got[j, : emitted[j]], want)
     with pytest.raises(ValueError, match="row_preds must have shape"):
         greedy_gamma_batch(first, rows[:, :, :1], committed)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_topk_greedy_gamma_batch_is_greedy_gamma_row_for_row():
+    """Tree drafting: each proposal is a drafter's top-k ids; γ = 1{the committed token is among them}, checked
+    against the per-request definition and against the acceptance module's gamma_greedy with top-k."""
+    from hedgespec.acceptance import gamma_greedy
+
+    rng = np.random.default_rng(5)
+    b, n, ndt, k, v = 7, 4, 6, 3, 8
+    draft = rng.normal(size=(b, ndt, n, v))  # each drafter's logits at each row
+    top = np.argsort(-draft, axis=-1, kind="stable")[..., :k]
+    first, rows = top[:, 0], top[:, 1:].transpose(2, 0, 1, 3)  # [B, N, k], [N, B, ndt-1, k]
+    committed = rng.integers(0, v, size=(b, ndt))
+    emitted = rng.integers(1, ndt + 1, size=b)
+    got = greedy_gamma_batch(first, rows, committed)
+    for j in range(b):
+        want = greedy_gamma(first[j].tolist(), rows[:, j].tolist(), committed[j, : emitted[j]].tolist())
+        np.testing.assert_array_equal(got[j, : emitted[j]], want)
+        target = np.eye(v)[committed[j]]  # a point-mass target law at each emitted token
+        for u in range(emitted[j]):
+            draft_u = draft[j, u]  # row 0: the first proposal; row u >= 1: draft-extend row u - 1
+            np.testing.assert_array_equal(got[j, u], gamma_greedy(target[u][None], _softmax(draft_u), topk=k))
+    with pytest.raises(ValueError, match="row_preds must have shape"):
+        greedy_gamma_batch(first, rows[..., :2], committed)

@@ -104,8 +104,8 @@ CASES = [
     ("serve/launch.py", lambda t: _serve(t, "device=tpu"), r"device='tpu': expected one of \('cuda', 'cpu'\)"),
     (
         "serve/launch.py",
-        lambda t: _serve(t, "decoding=tree"),
-        r"decoding.mode=tree: the HEDGESPEC worker drafts chains",
+        lambda t: _serve(t, "decoding=tree", "fused=true"),
+        r"decoding.mode=tree with fused=true: the fused pool drafts chains only",
     ),
     ("serve/launch.py", lambda t: _serve(t, "dtype=float8"), r"dtype='float8': expected one of \('float32'"),
     ("serve/launch.py", lambda t: _serve(t, "prot=1"), r"Key 'prot' is not in struct"),

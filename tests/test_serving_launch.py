@@ -99,12 +99,20 @@ def test_bad_tree_settings_are_refused(tiny_dir):
         build_plan(_compose("pool=tiny", "device=cpu", "decoding.topk=2", f"workdir={tiny_dir}"))
     with pytest.raises(ValueError, match="num_draft_tokens=6"):
         build_plan(_compose("pool=tiny", "device=cpu", "decoding.num_draft_tokens=6", f"workdir={tiny_dir}"))
-    with pytest.raises(ValueError, match="chains only"):
-        build_plan(_compose("pool=tiny", "device=cpu", "decoding=tree", f"workdir={tiny_dir}"))
+    with pytest.raises(ValueError, match="decoding.mode=tree with fused=true: the fused pool drafts chains only"):
+        build_plan(_compose("pool=tiny", "device=cpu", "decoding=tree", "fused=true", f"workdir={tiny_dir}"))
     with pytest.raises(ValueError, match="unknown key"):
         build_plan(_compose("pool=tiny", "device=cpu", "+decoding.steps=3", f"workdir={tiny_dir}"))
     with pytest.raises(ValueError, match="device='tpu'"):
         build_plan(_compose("pool=tiny", "device=tpu", f"workdir={tiny_dir}"))
+
+
+def test_hedgespec_serves_trees_with_the_decoding_groups_shape(tiny_dir):
+    plan = build_plan(_compose("pool=tiny", "device=cpu", "decoding=tree", f"workdir={tiny_dir}"))
+    flags = dict(zip(plan.argv, plan.argv[1:]))
+    assert plan.algorithm == "HEDGESPEC"
+    assert (flags["--speculative-num-steps"], flags["--speculative-eagle-topk"]) == ("3", "4")  # serve.yaml: 3 steps
+    assert flags["--speculative-num-draft-tokens"] == "16"
 
 
 @pytest.fixture(scope="module")

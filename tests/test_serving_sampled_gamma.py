@@ -19,6 +19,8 @@ from hedgespec.serving.sampled_gamma import (
     proposals,
     sampled_gamma,
     target_law,
+    tree_acceptance_prob,
+    tree_rows,
 )
 
 V, NDT, N = 11, 3, 4
@@ -196,6 +198,68 @@ def test_gamma_predicts_the_kernels_acceptance_frequencies(thresholds):
         assert abs(freq - gamma[u]) <= 5 * se, (u, freq, gamma[u])
 
 
+def _kernel_tree_level(law: np.ndarray, children: np.ndarray, ts: float, ta: float, coin: float) -> bool:
+    """One depth of the target-only tree walk of SGLang's verification kernel: one coin, the children tried in
+    order with the running mass; a child is accepted when it has mass and (coin < running mass / ta or its mass
+    ≥ ts)."""
+    acc = 0.0
+    for c in children:
+        p = law[c]
+        acc += p
+        if p > 0 and (coin < acc / max(ta, 1e-9) or p >= ts):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("thresholds", [(1.0, 1.0), (0.25, 0.6), (0.05, 0.3)])
+def test_tree_gamma_predicts_the_kernels_sibling_walk(thresholds):
+    """Tree drafting: the probability that the kernel accepts one of a drafter's top-k children at a depth
+    (sibling walk, one coin) equals the tree γ, for proposals ranging from the target's best tokens to its worst
+    (binomial, 5 standard errors, fixed seed); at the default thresholds it is the target mass on the children
+    (Theorem 2)."""
+    ts, ta = thresholds
+    logits, rows = _batch(6)
+    law = target_law(logits, rows, NDT, KERNELS)[3, 0].numpy()  # one row of request 3: T = 1, no renorm
+    order = np.argsort(-law)
+    rng = np.random.default_rng(1)
+    for children in (order[:3], order[[1, 4, 7]], order[-3:], order[[0]], order[[5, 2]]):
+        gamma = float(tree_acceptance_prob(torch.as_tensor(law[children]), ts, ta))
+        hits = np.mean([_kernel_tree_level(law, children, ts, ta, rng.random()) for _ in range(20_000)])
+        se = max(np.sqrt(gamma * (1 - gamma) / 20_000), 1e-12)
+        assert abs(hits - gamma) <= 5 * se, (children, hits, gamma)
+        if thresholds == (1.0, 1.0):
+            assert gamma == pytest.approx(min(1.0, float(law[children].sum())), abs=1e-6)
+
+
+def test_sampled_tree_gamma_batch():
+    """Top-k proposals [B, ndt, N, k] through ``proposals`` and ``sampled_gamma``: each entry is the tree rule
+    applied to its own k children; a k = 1 tree is the chain γ."""
+    logits, rows = _batch(7)
+    law = target_law(logits, rows, NDT, KERNELS)
+    b = law.shape[0]
+    rng = np.random.default_rng(2)
+    first = rng.integers(0, V, size=(b, N, 2))
+    row_preds = torch.as_tensor(rng.integers(0, V, size=(N, b, NDT, 2)))
+    props = proposals(first, row_preds, NDT)
+    assert tuple(props.shape) == (b, NDT, N, 2)
+    got = sampled_gamma(law, props, 0.3, 0.7)
+    for j, u, i in np.ndindex(b, NDT, N):
+        kids = props[j, u, i]
+        want = float(tree_acceptance_prob(law[j, u, kids], 0.3, 0.7))
+        assert got[j, u, i] == pytest.approx(want, abs=1e-6)
+    chain = sampled_gamma(law, props[..., 0], 0.3, 0.7)
+    np.testing.assert_allclose(sampled_gamma(law, props[..., :1], 0.3, 0.7), chain, atol=1e-7)
+    with pytest.raises(ValueError, match="row_preds must have shape"):
+        proposals(first, row_preds[..., :1], NDT)
+
+
+def test_tree_rows_gather_the_accepted_path():
+    """A tree's law rows are its accepted nodes in path order (SGLang's accept_index: global rows, −1 padded)."""
+    logits = torch.arange(2 * 4, dtype=torch.float32)[:, None].repeat(1, 3)  # row r holds r
+    accept = torch.tensor([[0, 2, 3], [4, 5, -1]])
+    np.testing.assert_array_equal(tree_rows(logits, accept)[:, 0].numpy(), [0, 2, 3, 4, 5, 0])
+
+
 def test_acceptance_edges():
     p = torch.tensor([0.0, 1e-12, 0.2, 0.5, 1.0])
     np.testing.assert_allclose(acceptance_prob(p).numpy(), p.numpy())
@@ -311,3 +375,51 @@ def test_worker_feeds_the_selectors_the_sampled_gamma(worker, monkeypatch):
                 assert seen["gamma"][j, u, i] == pytest.approx(want, abs=1e-6)
     assert seen["emitted"].tolist() == [1, 2, 3, 1] and seen["timings"]["update"] >= 0.0
     assert reqs[0].customized_info["hedgespec_dropped"] == ["b"]
+
+
+def test_worker_tree_law_and_gamma_follow_the_accepted_path(worker, monkeypatch):
+    """A tree: the law is built at each request's accepted nodes (SGLang's accept_index, in path order), and the
+    γ the worker feeds is the kernel's sibling-walk acceptance of each drafter's top-k at that node's law."""
+    monkeypatch.setattr(worker.eagle_utils, "_is_cpu", False)
+    monkeypatch.setattr(worker.eagle_utils, "_is_xpu", False)
+    monkeypatch.setattr(worker.eagle_utils, "_is_hip", False)
+    monkeypatch.setattr(worker, "get_spec", lambda: _spec(speculative_accept_threshold_single=0.4))
+    logits, rows = _batch(8)  # [B·NDT, V] verify rows; path length 2 (steps + 1) per request
+    b = len(SETTINGS)
+    accept = torch.tensor([[0, 2], [3, 4], [6, -1], [9, 11]])  # global node rows (NDT = 3 per request)
+    out = SimpleNamespace(logits_output=SimpleNamespace(next_token_logits=logits), accept_index=accept)
+    sampled = SimpleNamespace(sampling_info=_sampling_info(rows, all_greedy=False))
+    law = worker.verify_law(sampled, out, NDT, tree=True)
+    ref = _reference_law(logits).reshape(b * NDT, V)
+    on_path = (accept >= 0).numpy()  # the −1 padding past a path is never read
+    np.testing.assert_allclose(law.numpy()[on_path], ref[accept[accept >= 0]], atol=1e-6)
+
+    k = 2
+    rng = np.random.default_rng(3)
+    first = rng.integers(0, V, size=(b, N, k))
+    argmaxes = [torch.as_tensor(rng.integers(0, V, size=(b, NDT, k))) for _ in range(N)]
+    seen = {}
+
+    class Selection:
+        def observe(self, records, choice, drafted, emitted, gamma, timings):
+            seen.update(gamma=gamma)
+
+        def add_time(self, records, timings):
+            pass
+
+        def info(self, rec):
+            return {}
+
+    w = object.__new__(worker.HedgeSpecWorker)
+    w.speculative_num_draft_tokens = NDT
+    w._alive, w._names, w._selector_name, w._selection = [True] * N, list("abcd"), "hedgespec", Selection()
+    reqs = [SimpleNamespace() for _ in range(b)]
+    out.accept_lens, out.next_token_ids = torch.tensor([2, 2, 1, 2]), torch.zeros(b * NDT, dtype=torch.long)
+    w._observe(reqs, [None] * b, None, [0] * b, out, first, argmaxes, {}, law)
+    for j in range(b):
+        for i in range(N):
+            for u in range(int(out.accept_lens[j])):
+                kids = first[j, i] if u == 0 else argmaxes[i][j, u - 1].numpy()
+                p = ref[int(accept[j, u].clamp(min=0))][kids]
+                want = 1.0 if ((p > 0) & (p >= 0.4)).any() else min(1.0, float(p.sum()))
+                assert seen["gamma"][j, u, i] == pytest.approx(want, abs=1e-6)

@@ -394,8 +394,8 @@ def _speculative_args(cfg: Any, sel: _SelectorPlan, dec: DecodingConfig) -> list
     if mode == "sglang_default":
         if not sel.stock:
             raise ValueError(
-                "speculative_params=sglang_default is for selector=eagle (stock EAGLE-3): SGLang's defaults draft "
-                "trees for Llama targets, the HEDGESPEC worker drafts chains; use speculative_params=decoding"
+                "speculative_params=sglang_default is for selector=eagle (stock EAGLE-3): HEDGESPEC takes its draft "
+                "shape from the decoding group (decoding=chain or decoding=tree); use speculative_params=decoding"
             )
         return []
     return [
@@ -525,8 +525,11 @@ def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> Se
     check_sizing(cfg)
     sel = _selector_plan(cfg)
     dec = DecodingConfig.from_dict(_plain(_get(cfg, "decoding")) or {})
-    if not sel.stock and dec.mode != "chain":
-        raise ValueError(f"decoding.mode={dec.mode}: the HEDGESPEC worker drafts chains only (decoding=chain)")
+    if not sel.stock and dec.mode != "chain" and _get(cfg, "fused", False) is True:
+        raise ValueError(
+            f"decoding.mode={dec.mode} with fused=true: the fused pool drafts chains only; serve trees with "
+            "fused=false (one draft model per drafter) or use decoding=chain"
+        )
     _, target_path, drafters = resolve_pool(
         _get(cfg, "pool"), _get(cfg, "workdir", "outputs/serve"), prepare, plain=sel.plain
     )

@@ -41,6 +41,13 @@ def _no_draft_graphs(drafter: Any) -> None:
 class FusedHedgeSpecWorker(HedgeSpecWorker):
     """HEDGESPEC with one fused pool draft model (module docstring)."""
 
+    def _check_topk(self) -> None:
+        if self.topk != 1:  # the launcher refuses it first (decoding=tree with fused=true)
+            raise RuntimeError(
+                "HEDGESPEC with fused=true drafts chains only: pass --speculative-eagle-topk 1, or serve trees "
+                "with fused=false"
+            )
+
     @staticmethod
     def _draft_model_path(cfg: dict[str, Any]) -> str:
         return str(cfg["pool_dir"])

@@ -19,6 +19,16 @@ drafts are e_0..e_{m−1}). The greedy γ of :mod:`hedgespec.serving.rounds_batc
 that puts all its mass on the target's argmax (greedy requests in a sampled batch have temperature 1 and top-k
 1 in SGLang, so this module gives them the indicator too).
 
+Tree drafting (``topk = k > 1``): SGLang's target-only tree walk keeps one coin per depth and tries the accepted
+node's children in order, accepting child c_j when p(c_j) > 0 and (c < (p(c_1) + … + p(c_j)) / t_acc or
+p(c_j) ≥ t_single). Some child is accepted exactly when c < S / t_acc or a child with p > 0 has p ≥ t_single
+(S = Σ_c p(c)), so a drafter whose top-k at u is C is accepted there with probability
+
+    γ[u, i] = 1 if some c ∈ C has 0 < p_u(c) and p_u(c) ≥ t_single;  min(1, S / t_acc) otherwise,
+
+Theorem 2's target mass on the top-k children at the default thresholds (and a(p) above for k = 1). The law
+rows of a tree are its accepted nodes' rows (:func:`tree_rows`).
+
 The SGLang worker passes SGLang's own softmax and renormalisation kernels (:class:`Kernels`), so p is the law
 its verification used; the tests pass torch implementations and check against an independent numpy one.
 """
@@ -111,30 +121,56 @@ def target_law(logits: torch.Tensor, rows: SamplingRows, ndt: int, kernels: Kern
     return probs.reshape(b, ndt, -1)
 
 
+def tree_rows(logits: torch.Tensor, accept_index: torch.Tensor) -> torch.Tensor:
+    """The verify logits of a tree's accepted nodes, request by request: [B·S, V] from [B·ndt, V] and SGLang's
+    ``accept_index`` [B, S] (global node rows, −1 past the accepted path; those rows repeat row 0 and are
+    never read: they lie past the request's emitted tokens). Row u of request b is then the law of e_u, as the
+    verify rows of a chain are."""
+    return logits[accept_index.reshape(-1).long().clamp(min=0).to(logits.device)]
+
+
 def proposals(first_pred: np.ndarray, row_preds: torch.Tensor, ndt: int) -> torch.Tensor:
-    """Each drafter's proposal at each verify row, [B, ndt, N] (int64): row 0 its first token after the previous
-    round (``first_pred`` [B, N]), row u ≥ 1 its draft-extend prediction after input row u−1 (``row_preds``
-    [N, B, ≥ ndt−1]); negative ids (a dropped drafter's rows) become 0 (the caller zeroes those γ)."""
+    """Each drafter's proposal at each verify row, [B, ndt, N] (int64; [B, ndt, N, k] for top-k proposals under
+    tree drafting): row 0 its first token(s) after the previous round (``first_pred`` [B, N] or [B, N, k]), row
+    u ≥ 1 its draft-extend prediction after input row u−1 (``row_preds`` [N, B, ≥ ndt−1] or [N, B, ≥ ndt−1, k]);
+    negative ids (a dropped drafter's rows) become 0 (the caller zeroes those γ)."""
     fp = torch.as_tensor(np.asarray(first_pred), dtype=torch.long)
     rp = torch.as_tensor(row_preds, dtype=torch.long)
-    b, n = fp.shape
-    if rp.ndim != 3 or rp.shape[:2] != (n, b) or rp.shape[2] < ndt - 1:
-        raise ValueError(f"row_preds must have shape [{n}, {b}, >= {ndt - 1}], got {tuple(rp.shape)}")
-    out = torch.cat([fp[:, None, :], rp[:, :, : ndt - 1].permute(1, 2, 0)], dim=1)
+    tail = tuple(fp.shape[2:])
+    b, n = fp.shape[:2]
+    if rp.ndim != 3 + len(tail) or rp.shape[:2] != (n, b) or rp.shape[2] < ndt - 1 or tuple(rp.shape[3:]) != tail:
+        want = f"[{n}, {b}, >= {ndt - 1}{''.join(f', {t}' for t in tail)}]"
+        raise ValueError(f"row_preds must have shape {want}, got {tuple(rp.shape)}")
+    rows = rp[:, :, : ndt - 1].permute(1, 2, 0, *range(3, rp.ndim))
+    out = torch.cat([fp[:, None], rows], dim=1)
     return out.clamp_(min=0)
 
 
 def sampled_gamma(
     law: torch.Tensor, props: torch.Tensor, threshold_single: float = 1.0, threshold_acc: float = 1.0
 ) -> np.ndarray:
-    """γ [B, ndt, N] (float64, on the host): a(p_u(proposal of drafter i at row u)) for every request and row;
-    one gather on ``law``'s device and one copy back."""
-    if law.ndim != 3 or props.ndim != 3 or props.shape[:2] != law.shape[:2]:
+    """γ [B, ndt, N] (float64, on the host): a(p_u(proposal of drafter i at row u)) for every request and row,
+    or, for top-k proposals [B, ndt, N, k], the tree rule of the module docstring; one gather on ``law``'s device
+    and one copy back."""
+    if law.ndim != 3 or props.ndim not in (3, 4) or props.shape[:2] != law.shape[:2]:
         raise ValueError(
-            f"law [B, ndt, V] and proposals [B, ndt, N] disagree: {tuple(law.shape)}, {tuple(props.shape)}"
+            f"law [B, ndt, V] and proposals [B, ndt, N(, k)] disagree: {tuple(law.shape)}, {tuple(props.shape)}"
         )
     if props.numel() and int(props.max()) >= law.shape[2]:
         raise ValueError(f"a proposal id {int(props.max())} is outside the target vocabulary ({law.shape[2]})")
-    p = law.gather(2, props.to(law.device, non_blocking=True))
-    gamma = acceptance_prob(p.float(), threshold_single, threshold_acc)
+    if props.ndim == 3:
+        p = law.gather(2, props.to(law.device, non_blocking=True))
+        gamma = acceptance_prob(p.float(), threshold_single, threshold_acc)
+    else:
+        b, ndt, n, k = props.shape
+        flat = props.reshape(b, ndt, n * k).to(law.device, non_blocking=True)
+        gamma = tree_acceptance_prob(law.gather(2, flat).reshape(b, ndt, n, k).float(), threshold_single, threshold_acc)
     return gamma.to("cpu").double().numpy()
+
+
+def tree_acceptance_prob(p: torch.Tensor, threshold_single: float = 1.0, threshold_acc: float = 1.0) -> torch.Tensor:
+    """The probability that SGLang's target-only tree walk accepts one of the children whose target
+    probabilities are ``p``'s last axis (see the module docstring); reduces that axis."""
+    ts, ta = check_thresholds(threshold_single, threshold_acc)
+    single = ((p > 0) & (p >= ts)).any(dim=-1)
+    return torch.where(single, torch.ones_like(p[..., 0]), torch.clamp(p.sum(dim=-1) / ta, max=1.0))

@@ -144,7 +144,8 @@ def substitutes(choice: RoundChoice, alive: Sequence[bool]) -> list[int | None]:
 def round_gamma(
     first_pred: np.ndarray, row_preds: np.ndarray, committed: np.ndarray, alive: Sequence[bool]
 ) -> np.ndarray:
-    """γ [B, ndt, N] of a greedy chain round for the batch (:func:`greedy_gamma_batch`), 0 for dropped drafters."""
+    """γ [B, ndt, N] of a greedy round for the batch (:func:`greedy_gamma_batch`: chain, or top-k proposals under
+    tree drafting), 0 for dropped drafters."""
     gamma = greedy_gamma_batch(first_pred, row_preds, committed)
     dead = [j for j, a in enumerate(alive) if not a]
     if dead:
@@ -158,13 +159,22 @@ class WorkerSelection:
     Args:
         name, kwargs: the selector and its options (``hedgespec.selectors.make_selector``).
         n_drafters, k: pool size and speculation depth.
+        topk: the proposals kept per drafter for the next first token (``--speculative-eagle-topk``): 1 for a
+            chain (``first_pred`` [R, N]), k > 1 for a tree (``first_pred`` [R, N, k], its top-k ids).
         capacity: slots of the batched selector (the most requests it holds at once); requests beyond it get a
             per-request selector.
         batched: False keeps every request in a per-request selector (the reference path).
     """
 
     def __init__(
-        self, name: str, kwargs: dict[str, Any], n_drafters: int, k: int, capacity: int = 256, batched: bool = True
+        self,
+        name: str,
+        kwargs: dict[str, Any],
+        n_drafters: int,
+        k: int,
+        capacity: int = 256,
+        batched: bool = True,
+        topk: int = 1,
     ) -> None:
         make_selector(name, **kwargs)  # bad names and options fail at startup, not per request
         self.name, self.kwargs, self.n, self.k = name, dict(kwargs), int(n_drafters), int(k)
@@ -176,7 +186,11 @@ class WorkerSelection:
         self._free_slots = list(range(int(capacity)))[::-1] if self.batch is not None else []
         self._free_rows: list[int] = []
         self._rows = 0
-        self.first_pred = np.zeros((0, self.n), dtype=np.int64)
+        self.topk = int(topk)
+        if self.topk < 1:
+            raise ValueError(f"topk must be >= 1, got {topk!r}")
+        self._pred_shape = (self.n,) if self.topk == 1 else (self.n, self.topk)
+        self.first_pred = np.zeros((0, *self._pred_shape), dtype=np.int64)
         self.histogram = np.zeros((0, self.n), dtype=np.int64)
         self.rounds = np.zeros(0, dtype=np.int64)
         self.generated = np.zeros(0, dtype=np.int64)
@@ -186,7 +200,7 @@ class WorkerSelection:
 
     def _grow(self, rows: int) -> None:
         extra = rows - self._rows
-        self.first_pred = np.concatenate([self.first_pred, np.full((extra, self.n), -1, dtype=np.int64)])
+        self.first_pred = np.concatenate([self.first_pred, np.full((extra, *self._pred_shape), -1, dtype=np.int64)])
         self.histogram = np.concatenate([self.histogram, np.zeros((extra, self.n), dtype=np.int64)])
         self.rounds = np.concatenate([self.rounds, np.zeros(extra, dtype=np.int64)])
         self.generated = np.concatenate([self.generated, np.zeros(extra, dtype=np.int64)])
@@ -302,8 +316,9 @@ class WorkerSelection:
         self.weights[rows] = np.nan if choice.weights is None else choice.weights
 
     def set_first_pred(self, rows: np.ndarray, j: int, preds: np.ndarray) -> None:
-        """Drafter ``j``'s proposal for the next first token of the requests at ``rows`` (:meth:`rows`)."""
-        self.first_pred[rows, j] = preds
+        """Drafter ``j``'s proposal for the next first token of the requests at ``rows`` (:meth:`rows`): [B] ids,
+        or [B, topk] ids under tree drafting."""
+        self.first_pred[rows, j] = np.asarray(preds).reshape(len(rows), *self._pred_shape[1:])
 
     def add_time(self, records: Sequence[Record], timings: dict[str, float]) -> None:
         """Add one round's phase times (seconds; keys of :data:`PHASES`, missing ones 0) to every request in it."""

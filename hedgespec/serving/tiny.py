@@ -11,8 +11,9 @@ directory (``config.json`` with ``eagle_config.eagle_aux_hidden_state_layer_ids`
 * ``"random"``: random weights;
 * ``"const"``: final-norm weight 0, so all logits tie and greedy decoding always picks token 0
   (a target and a drafter both ``const`` agree on every position: acceptance 100 %);
-* ``"anti"`` (drafters only): like ``const`` but ``d2t`` swaps draft tokens 0 and 1, so it always proposes
-  target token 1 and against a ``const`` target is always rejected.
+* ``"anti"`` (drafters only): like ``const`` but ``d2t`` rotates the draft → target map by half the vocabulary,
+  so its tied logits never put target token 0 among its proposals (its top-1 for a chain, its top-k for a tree)
+  and against a ``const`` target it is always rejected.
 
 Faulty drafters (``FAULT_MODES``, drafters only; they load like any other and fail only when they run, for the
 server's fault tests):

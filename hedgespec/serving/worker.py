@@ -5,14 +5,17 @@ delayed ETAP/EAL losses), for a batch of requests each with its own selector:
 
 1. every request's selector picks a drafter ``i_t`` (one vectorized ``select`` for the whole batch, see
    :mod:`hedgespec.serving.selection`);
-2. each drafter that was picked by at least one request drafts a chain for the batch (its own KV pool and its
-   own per-request recurrent state); the verify input takes each request's rows from its chosen drafter;
+2. each drafter that was picked by at least one request drafts a chain (or an EAGLE tree, ``topk > 1``) for the
+   batch (its own KV pool and its own per-request recurrent state); the verify input takes each request's rows
+   from its chosen drafter (for trees: each request's tree topology and tokens, then one
+   ``build_eagle_verify_input`` for the batch);
 3. **one** target verification (SGLang's ``run_eagle_verify``: lossless, greedy on CPU);
 4. draft-extend for **all** N drafters over the verified tokens (refreshes every drafter's KV and state, and
    gives every drafter's prediction at every emitted position with no extra target forward);
 5. γ[u, i], the probability that SGLang's verification would accept drafter i's proposal at emitted position u:
    under greedy verification 1{it equals the committed token} (as ``hedgespec.acceptance.gamma_greedy`` with
-   top-1), built for the whole batch in one comparison (:func:`hedgespec.serving.rounds_batched.greedy_gamma_batch`);
+   top-1; for trees 1{the committed token is among drafter i's top-k}), built for the whole batch in one
+   comparison (:func:`hedgespec.serving.rounds_batched.greedy_gamma_batch`);
    when SGLang verified a sampled batch (target-only, CUDA), the target probability of the proposal under the law
    the verification sampled from (:mod:`hedgespec.serving.sampled_gamma`: one gather on the device, one copy) →
    one ``observe`` for the batch (the selectors' feedback ledgers release completed losses to their learners).
@@ -39,8 +42,9 @@ With ``fused=true`` the launcher serves the pool as one draft model instead, and
 :class:`hedgespec.serving.fused_worker.FusedHedgeSpecWorker` (a subclass) runs one draft and one draft-extend per
 round for all drafters; selection, feedback and drops are this class's.
 
-Scope: chain drafting (``--speculative-eagle-topk 1``), no overlap scheduling, no pipeline parallelism, no
-draft-extend CUDA graphs (the all-row draft logits exist only on the eager path). The worker is configured
+Scope: chains and EAGLE trees (``--speculative-eagle-topk`` ≥ 1; the fused pool drafts chains only), no overlap
+scheduling, no pipeline parallelism, no draft-extend CUDA graphs (the all-row draft logits exist only on the
+eager path). The worker is configured
 through the ``HEDGESPEC_CONFIG`` environment variable (JSON written by :func:`hedgespec.serving.argv.build_plan`,
 validated by :func:`hedgespec.serving.plugin.parse_worker_config`) because SGLang's ``ServerArgs`` is a sealed
 struct. Per-request states live in :class:`hedgespec.serving.states.RequestStates`, freed at finish and at abort;
@@ -67,13 +71,15 @@ from sglang.srt.runtime_context import get_spec
 from sglang.srt.speculative import eagle_utils
 from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
+from sglang.srt.speculative.eagle_worker_common import build_eagle_verify_input
 from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
 from hedgespec.serving.draft_rows import DraftRows
+from hedgespec.serving.placeholder_tree import placeholder_tree
 from hedgespec.serving.plugin import CONFIG_ENV, parse_worker_config
-from hedgespec.serving.sampled_gamma import Kernels, SamplingRows, proposals, sampled_gamma, target_law
+from hedgespec.serving.sampled_gamma import Kernels, SamplingRows, proposals, sampled_gamma, target_law, tree_rows
 from hedgespec.serving.selection import Record, RoundChoice, WorkerSelection, round_gamma, substitutes
 from hedgespec.serving.states import RequestStates
 
@@ -161,9 +167,10 @@ def _restore(batch: Any, snap: dict[str, Any]) -> None:
         setattr(batch, k, v)
 
 
-def verify_law(batch: Any, out: Any, ndt: int) -> torch.Tensor | None:
-    """The target law SGLang's verification of ``batch`` sampled from, [B, ndt, V]; None when it verified
-    greedily (SGLang's own predicate: an all-greedy batch, a CPU or XPU device, ...).
+def verify_law(batch: Any, out: Any, ndt: int, tree: bool = False) -> torch.Tensor | None:
+    """The target law SGLang's verification of ``batch`` sampled from, [B, ndt, V] (for a ``tree``, [B, S, V]
+    at its accepted nodes, S = steps + 1: :func:`hedgespec.serving.sampled_gamma.tree_rows`); None when it
+    verified greedily (SGLang's own predicate: an all-greedy batch, a CPU or XPU device, ...).
 
     Built as ``eagle_utils.eagle_sample`` builds it, with its kernels, from the verify logits, which carry the
     penalties, logit bias and grammar mask it applied in place."""
@@ -181,7 +188,10 @@ def verify_law(batch: Any, out: Any, ndt: int) -> torch.Tensor | None:
         info.temperatures, info.top_ks, info.top_ps, bool(info.need_top_k_sampling), bool(info.need_top_p_sampling)
     )
     kernels = Kernels(eagle_utils.sampling_softmax, eagle_utils.top_k_renorm_prob, eagle_utils.top_p_renorm_prob)
-    return target_law(out.logits_output.next_token_logits, rows, ndt, kernels)
+    logits = out.logits_output.next_token_logits
+    if tree:  # the accepted path's rows, in path order (SGLang compacts the tokens and hidden states, not these)
+        logits, ndt = tree_rows(logits, out.accept_index), int(out.accept_index.shape[1])
+    return target_law(logits, rows, ndt, kernels)
 
 
 def _finite_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -201,17 +211,23 @@ def _finite(flag: torch.Tensor, *tensors: torch.Tensor | None) -> torch.Tensor:
     return flag
 
 
+def top_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Every row's proposal: its argmax [R] for a chain (``k`` = 1), its top-k ids [R, k] for a tree (the
+    children SGLang's draft step would put under it, best first)."""
+    return torch.argmax(logits, dim=-1) if k == 1 else torch.topk(logits, k, dim=-1).indices
+
+
 @contextlib.contextmanager
-def _capture_logits_argmax(runner: Any, sink: list[tuple[torch.Tensor, torch.Tensor]]) -> Iterator[None]:
-    """Record ``(argmax of every row, whether every row is finite)`` of ``runner``'s next forward's logits
-    (before SGLang keeps only the selected row), both left on the device. Scoped to this one runner instance and
-    removed on exit."""
+def _capture_logits_argmax(runner: Any, sink: list[tuple[torch.Tensor, torch.Tensor]], k: int = 1) -> Iterator[None]:
+    """Record ``(argmax — top-k ids for k > 1 — of every row, whether every row is finite)`` of ``runner``'s next
+    forward's logits (before SGLang keeps only the selected row), both left on the device. Scoped to this one
+    runner instance and removed on exit."""
     original = runner.forward
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
         logits = out.logits_output.next_token_logits
-        sink.append((torch.argmax(logits, dim=-1), _finite_logits(logits)))
+        sink.append((top_ids(logits, k), _finite_logits(logits)))
         return out
 
     runner.forward = forward
@@ -231,8 +247,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         if os.path.realpath(draft_path) != os.path.realpath(str(first)):
             raise RuntimeError(f"{CONFIG_ENV}: {draft_path} must equal --speculative-draft-model-path ({first})")
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
-        if self.topk != 1:
-            raise RuntimeError("HEDGESPEC supports chain drafting only: pass --speculative-eagle-topk 1")
+        self._check_topk()
         self._paths = paths
         self._drafters = self._draft_workers(server_args, gpu_id, nccl_port, target_worker)
         self._names = [str(n) for n in (cfg.get("names") or [os.path.basename(os.path.normpath(p)) for p in paths])]
@@ -245,6 +260,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             len(paths),
             int(self.speculative_num_steps),
             capacity=capacity,
+            topk=int(self.topk),
         )
         self._draft_rows = DraftRows(len(paths))
         # freed at finish, abort or disconnect (hedgespec.serving.states); stale_state_s is only a backstop
@@ -256,6 +272,9 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             self._selector_name,
             "batched" if self._selection.batch is not None else "per request",
         )
+
+    def _check_topk(self) -> None:
+        """Chains and trees alike (the fused pool refuses trees)."""
 
     @staticmethod
     def _draft_model_path(cfg: dict[str, Any]) -> str:
@@ -379,8 +398,13 @@ class HedgeSpecWorker(EAGLEWorkerV2):
     def _store_rows(self, j: int, rows: np.ndarray, req_rows: torch.Tensor, ndi: Any) -> None:
         """Keep drafter ``j``'s next-round draft input and its first-token proposal per request (one read)."""
         self._keep_rows(j, req_rows, ndi)
-        preds = self._target_ids(self._drafters[j], ndi.topk_index[:, 0]).to("cpu").numpy()
+        preds = self._target_ids(self._drafters[j], self._first_ids(ndi)).to("cpu").numpy()
         self._selection.set_first_pred(rows, j, preds)
+
+    def _first_ids(self, ndi: Any) -> torch.Tensor:
+        """A drafter's proposal for each request's next first token from its next draft input: the top-1 id [B]
+        (chain), its top-k ids [B, k] (tree: SGLang's draft step puts them under the root)."""
+        return ndi.topk_index[:, 0] if self.topk == 1 else ndi.topk_index[:, : self.topk]
 
     def _keep_rows(self, j: int, req_rows: torch.Tensor, ndi: Any) -> None:
         """Copy drafter ``j``'s next-round draft input rows into its buffers, on the device (SGLang reuses
@@ -448,7 +472,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         sink: list[tuple[torch.Tensor, torch.Tensor]] = []
 
         def run() -> Any:
-            with self._active(j) as drafter, _capture_logits_argmax(drafter.draft_runner, sink):
+            with self._active(j) as drafter, _capture_logits_argmax(drafter.draft_runner, sink, self.topk):
                 return drafter._draft_extend_for_prefill(
                     batch,
                     out.logits_output.hidden_states,
@@ -480,7 +504,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             on_publish(out.new_seq_lens)
         t2 = time.perf_counter()
         # the feedback's cost counts as evaluation: the law γ reads (None: verified greedily), the draft-extends
-        law = verify_law(batch, out, self.speculative_num_draft_tokens)
+        law = verify_law(batch, out, self.speculative_num_draft_tokens, tree=self.topk > 1)
         argmaxes = self._evaluate(batch, out, verify_input, rows, req_rows)
         t3 = time.perf_counter()
 
@@ -493,6 +517,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         drafter that raises is dropped and its requests re-drafted by their substitute), or a placeholder chain
         when no drafter is left. Returns it with, per request, that drafter (None: placeholder)."""
         base, snap = batch.spec_info, _snapshot(batch)
+        tree = self.topk > 1
         proposals: dict[int, Any] = {}
         while True:
             drafted = substitutes(choice, self._alive)
@@ -503,12 +528,14 @@ class HedgeSpecWorker(EAGLEWorkerV2):
                 _restore(batch, snap)
                 batch.spec_info = self._draft_input_for(j, base, req_rows)
                 with self._active(j) as drafter:
-                    proposal = self._run_drafter(j, "drafting", lambda: drafter.draft(batch))
+                    proposal = self._run_drafter(j, "drafting", lambda: drafter.draft(batch, with_topology=tree))
                 if proposal is not None:
                     proposals[j] = proposal
         _restore(batch, snap)
         if drafted[0] is None:  # no drafter left (then no request has one)
             return self._placeholder_draft(batch), drafted
+        if tree:
+            return self._compose_trees(batch, base, proposals, drafted), drafted
         return self._compose(proposals, drafted), drafted
 
     def _placeholder_draft(self, batch: Any) -> Any:
@@ -519,6 +546,12 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
         def draft_forward(forward_batch: Any) -> tuple:
             bs = int(forward_batch.batch_size)
+            if self.topk > 1:
+                last = forward_batch.spec_info.bonus_tokens.reshape(-1, 1).to(torch.long)
+                parents, selected = placeholder_tree(
+                    bs, self.topk, steps, self.speculative_num_draft_tokens, last.device
+                )
+                return parents, selected, last.repeat(1, selected.shape[1]), None
             tokens = forward_batch.spec_info.bonus_tokens.reshape(-1, 1).to(torch.long).repeat(1, steps)
             return drafter._topk1_parents_prealloc[:bs], drafter._topk1_score_indices_prealloc[:bs], tokens, None
 
@@ -539,7 +572,8 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         Nothing is read back per drafter: every drafter's argmax rows, its next first-token proposal and its
         finiteness flag stay on the device until one transfer for the whole round (:meth:`_read_back`)."""
         reqs, ndt = list(batch.reqs), self.speculative_num_draft_tokens
-        argmaxes = [torch.full((len(reqs), ndt), -1, dtype=torch.long)] * self.n_drafters
+        shape = (len(reqs), ndt) if self.topk == 1 else (len(reqs), ndt, self.topk)
+        argmaxes = [torch.full(shape, -1, dtype=torch.long)] * self.n_drafters
         snap = _snapshot(batch)
         pending: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for j in self._live():
@@ -547,7 +581,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             sink: list[tuple[torch.Tensor, torch.Tensor]] = []
 
             def run(j: int = j, sink: list = sink) -> bool:
-                with self._active(j) as drafter, _capture_logits_argmax(drafter.draft_runner, sink):
+                with self._active(j) as drafter, _capture_logits_argmax(drafter.draft_runner, sink, self.topk):
                     drafter._draft_extend_for_decode(batch, out, kv_loc_plan=verify_input.kv_loc_plan)
                 return True
 
@@ -558,13 +592,13 @@ class HedgeSpecWorker(EAGLEWorkerV2):
                 continue
             ndi, drafter = out.next_draft_input, self._drafters[j]
             top1, ok = self._target_ids(drafter, sink[-1][0]), _finite(sink[-1][1], ndi.hidden_states)
-            pending.append((j, top1, self._target_ids(drafter, ndi.topk_index[:, 0]), ok))
+            pending.append((j, top1, self._target_ids(drafter, self._first_ids(ndi)), ok))
             self._keep_rows(j, req_rows, ndi)  # a drafter found non-finite below is dropped; nothing reads its rows
         for (j, *_), (top1, preds, ok) in zip(pending, self._read_back(pending)):
             if not ok:
                 self._drop(j, "gave non-finite (NaN/inf) logits or hidden states in draft-extend")
                 continue
-            argmaxes[j] = top1.view(len(reqs), ndt)
+            argmaxes[j] = top1.view(shape)
             self._selection.set_first_pred(rows, j, preds.numpy())
         if not any(self._alive):
             self._stub_skipped_draft_extend(batch, out)  # SGLang's shape-valid rows; nothing drafts from them
@@ -601,6 +635,45 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             verify_input.draft_probs = torch.stack(probs)[src, at]
         return verify_input
 
+    def _compose_trees(self, batch: Any, base: Any, proposals: dict[int, tuple], choices: list[int]) -> Any:
+        """Verify input whose request b is drafter ``choices[b]``'s tree: each request's topology (parents,
+        selected nodes) and draft tokens gathered from its drafter's proposal (``draft(with_topology=True)``),
+        then one ``build_eagle_verify_input`` for the batch (tree mask, positions, retrieval links)."""
+        first = proposals[choices[0]][0]
+        if len(proposals) == 1:
+            return first
+        ids, b = list(proposals), len(choices)
+        device = first.draft_token.device
+        src = torch.tensor([ids.index(j) for j in choices], device=device)
+        at = torch.arange(b, device=device)
+
+        def pick(parts: list[torch.Tensor]) -> torch.Tensor:
+            return torch.stack(parts)[src, at]
+
+        parents = pick([proposals[j][1] for j in ids])
+        selected = pick([proposals[j][2] for j in ids])
+        tokens = pick([proposals[j][0].draft_token.view(b, -1)[:, 1:] for j in ids])
+        probs = [proposals[j][0].draft_probs for j in ids]
+        spec = build_eagle_verify_input(
+            batch,
+            base,
+            parents,
+            selected,
+            tokens,
+            pick(probs) if all(p is not None for p in probs) else None,
+            target_worker=self.target_worker,
+            topk=self.topk,
+            num_steps=self.speculative_num_steps,
+            num_draft_tokens=self.speculative_num_draft_tokens,
+            tree_mask_mode=self._drafters[0].tree_mask_mode,
+            device=self.device,
+        )
+        plan = getattr(first, "kv_loc_plan", None)
+        if plan is not None:  # the window every drafter's draft planned for this batch (as draft() sets it)
+            spec.kv_loc_plan = plan
+            spec.prepared_out_cache_loc = plan.write_virtual
+        return spec
+
     def _observe(
         self,
         reqs: list,
@@ -631,7 +704,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             spec = get_spec()
             gamma = sampled_gamma(
                 law,
-                proposals(first_preds, row_preds, ndt),
+                proposals(first_preds, row_preds, int(law.shape[1])),
                 spec.speculative_accept_threshold_single,
                 spec.speculative_accept_threshold_acc,
             )
