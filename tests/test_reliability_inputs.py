@@ -104,8 +104,9 @@ CASES = [
     ("serve/launch.py", lambda t: _serve(t, "device=tpu"), r"device='tpu': expected one of \('cuda', 'cpu'\)"),
     (
         "serve/launch.py",
-        lambda t: _serve(t, "decoding=tree", "fused=true"),
-        r"decoding.mode=tree with fused=true: the fused pool drafts chains only",
+        lambda t: _serve(t, "decoding=tree", "decoding.num_draft_tokens=40"),
+        r"decoding.num_draft_tokens=40: a tree of num_steps=3, topk=4 makes 36 candidate nodes and SGLang keeps "
+        r"num_draft_tokens - 1 of them; set decoding.num_draft_tokens <= 37",
     ),
     ("serve/launch.py", lambda t: _serve(t, "dtype=float8"), r"dtype='float8': expected one of \('float32'"),
     ("serve/launch.py", lambda t: _serve(t, "prot=1"), r"Key 'prot' is not in struct"),

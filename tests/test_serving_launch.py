@@ -99,8 +99,6 @@ def test_bad_tree_settings_are_refused(tiny_dir):
         build_plan(_compose("pool=tiny", "device=cpu", "decoding.topk=2", f"workdir={tiny_dir}"))
     with pytest.raises(ValueError, match="num_draft_tokens=6"):
         build_plan(_compose("pool=tiny", "device=cpu", "decoding.num_draft_tokens=6", f"workdir={tiny_dir}"))
-    with pytest.raises(ValueError, match="decoding.mode=tree with fused=true: the fused pool drafts chains only"):
-        build_plan(_compose("pool=tiny", "device=cpu", "decoding=tree", "fused=true", f"workdir={tiny_dir}"))
     with pytest.raises(ValueError, match="unknown key"):
         build_plan(_compose("pool=tiny", "device=cpu", "+decoding.steps=3", f"workdir={tiny_dir}"))
     with pytest.raises(ValueError, match="device='tpu'"):

@@ -55,11 +55,16 @@ def _engine_run(ckpt: Path, target: str, heads: list[str], ids: list[int], rid: 
     return out[len(ids) :].tolist(), stats
 
 
-def test_tree_drafting_is_lossless_alone_and_concurrent(ckpt, tmp_path):
-    """Two random drafters, trees of 6 nodes: every output equals transformers' greedy, one request at a time
-    and 8 at once (their drafters mixed in one round), and the server keeps each request's own selector."""
+@pytest.mark.parametrize(
+    "fused,layout", [(False, "layers"), (True, "layers"), (True, "heads")], ids=["per-drafter", "fused", "fused-heads"]
+)
+def test_tree_drafting_is_lossless_alone_and_concurrent(ckpt, tmp_path, fused, layout):
+    """Two random drafters, trees of 6 nodes, each drafter its own draft model or the pool as one (both KV
+    layouts): every output equals transformers' greedy, one request at a time and 8 at once (their drafters
+    mixed in one round), and the server keeps each request's own selector."""
     reference = hf_greedy(ckpt / "t_rand", PROMPTS, NEW_TOKENS)
-    srv = tiny_server(ckpt, "t_rand", ["d0", "d1"], tmp_path / "tree.log", decoding=TREE)
+    log = tmp_path / "tree.log"
+    srv = tiny_server(ckpt, "t_rand", ["d0", "d1"], log, decoding=TREE, fused=fused, layout=layout)
     try:
         alone = [(ids, _generate(srv, ids, NEW_TOKENS, rid=f"alone-{j}")) for j, ids in enumerate(PROMPTS)]
         with cf.ThreadPoolExecutor(8) as ex:
@@ -71,6 +76,8 @@ def test_tree_drafting_is_lossless_alone_and_concurrent(ckpt, tmp_path):
         meta = out["meta_info"]
         assert out["output_ids"] == reference[tuple(ids)], ids
         assert sum(meta["hedgespec_histogram"]) == meta["hedgespec_rounds"][0] == meta["spec_verify_ct"] > 0
+    if fused:
+        assert f"{layout} layout" in log.read_text()
     # the reference engine's tree mode, same checkpoints and request id: same tokens, same drafter per round
     for j in (0, 1):
         tokens, stats = _engine_run(ckpt, "t_rand", ["d0", "d1"], PROMPTS[j], f"alone-{j}", NEW_TOKENS)

@@ -447,6 +447,20 @@ def _extra_args(cfg: Any, sel: _SelectorPlan) -> list[str]:
     return extra
 
 
+def _check_tree(dec: DecodingConfig) -> None:
+    """SGLang's draft step makes topk + (num_steps − 1)·topk² candidate nodes and keeps the num_draft_tokens − 1
+    best-scored (``organize_draft_results``); more than it makes fails inside the server's first round."""
+    if dec.mode != "tree":
+        return
+    made = dec.topk + (dec.num_steps - 1) * dec.topk**2
+    if dec.num_draft_tokens - 1 > made:
+        raise ValueError(
+            f"decoding.num_draft_tokens={dec.num_draft_tokens}: a tree of num_steps={dec.num_steps}, "
+            f"topk={dec.topk} makes {made} candidate nodes and SGLang keeps num_draft_tokens - 1 of them; set "
+            f"decoding.num_draft_tokens <= {made + 1}"
+        )
+
+
 def _check_topk(dec: DecodingConfig, names: list[str], configs: list[dict[str, Any]]) -> None:
     for name, c in zip(names, configs):
         vocab = _draft_vocab(c)
@@ -525,11 +539,7 @@ def build_plan(cfg: Any, python: str | None = None, prepare: bool = False) -> Se
     check_sizing(cfg)
     sel = _selector_plan(cfg)
     dec = DecodingConfig.from_dict(_plain(_get(cfg, "decoding")) or {})
-    if not sel.stock and dec.mode != "chain" and _get(cfg, "fused", False) is True:
-        raise ValueError(
-            f"decoding.mode={dec.mode} with fused=true: the fused pool drafts chains only; serve trees with "
-            "fused=false (one draft model per drafter) or use decoding=chain"
-        )
+    _check_tree(dec)
     _, target_path, drafters = resolve_pool(
         _get(cfg, "pool"), _get(cfg, "workdir", "outputs/serve"), prepare, plain=sel.plain
     )

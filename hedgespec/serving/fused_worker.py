@@ -16,8 +16,12 @@ for all of them), served by SGLang's one EAGLE draft worker:
 A head whose outputs are not finite is dropped as in the per-drafter worker. A forward that raises cannot be
 blamed on one head here (all heads run in it), so the error propagates: SGLang fails the batch.
 
+Trees (``topk`` k > 1): the one draft step drafts each request's tree with its chosen head (the draft step's
+k·B rows each take their request's head); the evaluation keeps each head's top-k ids at every row and its top-k
+probabilities at each request's last accepted row (its next draft input), so γ is the per-drafter worker's.
+
 Not yet: CUDA graphs for the draft step (it runs eager: a graph would replay the heads of its capture batch; the
-heads' ids as a graph input are the next step), overlap scheduling, trees.
+heads' ids as a graph input are the next step), overlap scheduling.
 """
 
 from __future__ import annotations
@@ -41,12 +45,9 @@ def _no_draft_graphs(drafter: Any) -> None:
 class FusedHedgeSpecWorker(HedgeSpecWorker):
     """HEDGESPEC with one fused pool draft model (module docstring)."""
 
-    def _check_topk(self) -> None:
-        if self.topk != 1:  # the launcher refuses it first (decoding=tree with fused=true)
-            raise RuntimeError(
-                "HEDGESPEC with fused=true drafts chains only: pass --speculative-eagle-topk 1, or serve trees "
-                "with fused=false"
-            )
+    def _setup_topk(self) -> None:
+        """The pool keeps each head's top-k at every evaluated row (its argmax for a chain)."""
+        self._pool.topk = int(self.topk)
 
     @staticmethod
     def _draft_model_path(cfg: dict[str, Any]) -> str:
@@ -85,15 +86,17 @@ class FusedHedgeSpecWorker(HedgeSpecWorker):
         host: torch.Tensor,
         ok: list[bool],
     ) -> None:
-        """Store each finite head's next draft input rows and first-token proposals; drop the others."""
+        """Store each finite head's next draft input rows (its top-k probabilities and pool-vocabulary ids, its
+        hidden state) and first-token proposals; drop the others."""
         ones = torch.ones((req_rows.numel(), 1), dtype=torch.float32, device=po.kept_top1.device)
         for a, j in enumerate(po.drafters):
             if not ok[a]:
                 self._drop(j, "gave non-finite (NaN/inf) logits or hidden states in draft-extend")
                 continue
             at = slice(None) if kept is None else kept
-            ids, hidden = po.kept_top1[a][at].view(-1, 1), po.kept_hidden[a][at]
-            self._draft_rows.store(j, req_rows, self._selection.n_rows, (ones, ids, hidden))
+            ids, hidden = po.kept_top1[a][at].view(req_rows.numel(), -1), po.kept_hidden[a][at]
+            probs = ones if po.kept_p is None else po.kept_p[a][at]
+            self._draft_rows.store(j, req_rows, self._selection.n_rows, (probs, ids, hidden))
             self._selection.set_first_pred(rows, j, host[a].numpy())
 
     def _prefill(self, batch, on_publish, pp_proxy_tensors):
@@ -123,10 +126,9 @@ class FusedHedgeSpecWorker(HedgeSpecWorker):
 
     @staticmethod
     def _read(top1: torch.Tensor, finite: torch.Tensor) -> tuple[torch.Tensor, list[bool]]:
-        """One device → host transfer: the heads' argmax rows and their finite flags."""
-        a = top1.shape[0]
+        """One device → host transfer: the heads' argmax (top-k) rows [A, S(, k)] and their finite flags."""
         host = torch.cat([top1.reshape(-1), finite.long().to(top1.device)]).to("cpu")
-        return host[: top1.numel()].view(a, -1), [bool(f) for f in host[top1.numel() :]]
+        return host[: top1.numel()].view(top1.shape), [bool(f) for f in host[top1.numel() :]]
 
     def _draft_round(self, batch: Any, req_rows: torch.Tensor, choice: RoundChoice) -> tuple[Any, list]:
         """One SGLang draft for the batch: each request drafts with the head that drafts for it."""
@@ -155,9 +157,10 @@ class FusedHedgeSpecWorker(HedgeSpecWorker):
         self, batch: Any, out: Any, verify_input: Any, rows: np.ndarray, req_rows: torch.Tensor
     ) -> list[torch.Tensor]:
         """One draft-extend of every live head over the verified tokens; per drafter its argmax (target ids) at
-        every row, [B, ndt], −1 for a dropped drafter."""
+        every row, [B, ndt] ([B, ndt, k]: its top-k under tree drafting), −1 for a dropped drafter."""
         b, ndt = len(batch.reqs), self.speculative_num_draft_tokens
-        argmaxes = [torch.full((b, ndt), -1, dtype=torch.long)] * self.n_drafters
+        shape = (b, ndt) if self.topk == 1 else (b, ndt, self.topk)
+        argmaxes = [torch.full(shape, -1, dtype=torch.long)] * self.n_drafters
 
         def run() -> None:
             self._draft_worker._draft_extend_for_decode(batch, out, kv_loc_plan=verify_input.kv_loc_plan)
@@ -168,9 +171,9 @@ class FusedHedgeSpecWorker(HedgeSpecWorker):
             return argmaxes
         # each request's last accepted row (SGLang's select_index): the next round's first proposal and state
         last = torch.arange(0, b * ndt, ndt) + out.accept_lens.to("cpu").long() - 1
-        host, ok = self._read(po.top1, po.finite)  # [A, B*ndt]
+        host, ok = self._read(po.top1, po.finite)  # [A, B*ndt(, k)]
         self._keep(po, rows, req_rows, last.to(po.top1.device), host[:, last], ok)
         for a, j in enumerate(po.drafters):
             if ok[a]:
-                argmaxes[j] = host[a].view(b, ndt)
+                argmaxes[j] = host[a].view(shape)
         return argmaxes

@@ -66,10 +66,11 @@ class PoolOutput:
     processor keeps: every row in a decode extend, each request's last row in a prefill extend)."""
 
     drafters: tuple[int, ...]  # pool indices of the A heads, in order
-    top1: torch.Tensor  # [A, S] argmax of each head at the kept rows, target token ids
-    kept_top1: torch.Tensor  # [A, S] argmax at the kept rows, pool-vocabulary ids (SGLang's draft input ids)
+    top1: torch.Tensor  # [A, S] argmax of each head at the kept rows, target token ids ([A, S, k]: top-k, a tree)
+    kept_top1: torch.Tensor  # [A, S] the same in pool-vocabulary ids (SGLang's draft input ids) ([A, S, k])
     kept_hidden: torch.Tensor  # [A, S, H] recurrent hidden state at the kept rows
     finite: torch.Tensor  # [A] bool: the head's logits have a finite maximum in every row, its hidden states finite
+    kept_p: torch.Tensor | None = None  # [A, S, k] the top-k's draft probabilities (a tree's scores); None: chain
 
 
 class PoolConfig(PretrainedConfig):
@@ -155,6 +156,7 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
                 pool.get("layout_reason") or "pool directory written before the heads layout",
             )
         self.live: list[int] = list(range(n))  # set by the worker when it drops a head
+        self.topk = 1  # the evaluation keeps each head's top-k (set by the worker: --speculative-eagle-topk)
         self.pool_output: PoolOutput | None = None
         self.load_lm_head_from_target = False
         self._vocab: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -247,11 +249,12 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         union, cols = self._pool_vocab()
         if evaluate and (self.attn is not None or self._batched(forward_batch)):
             logits, hidden = self._pass(active, positions, forward_batch, embeds, None)
-            self.pool_output = self._output(active, logits, hidden, union, cols)
+            self.pool_output = self._output(active, logits, hidden, union, cols, self.topk)
             first = self._scatter(logits[0], cols[active[0]], union.numel())
             return LogitsProcessorOutput(next_token_logits=first, hidden_states=hidden[0])
         if self.attn is not None:  # a draft step of the chosen heads, each row taking its own head's results
-            slots = spec.hedgespec_slots if len(active) > 1 else torch.zeros_like(positions, dtype=torch.long)
+            slots = _row_slots(spec.hedgespec_slots, positions) if len(active) > 1 else None
+            slots = torch.zeros_like(positions, dtype=torch.long) if slots is None else slots
             logits, hidden = self._pass(active, positions, forward_batch, embeds, slots)
             rows = torch.arange(slots.numel(), device=slots.device)
             own = cols[torch.as_tensor(active, device=slots.device)[slots]]  # [rows, draft vocab]: its head's columns
@@ -263,13 +266,13 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         if evaluate:  # SGLang builds its (unused) next draft input from the first head's; the worker reads them all
             logits = torch.stack([lo.next_token_logits for lo in outs])
             hidden = torch.stack([lo.hidden_states for lo in outs])
-            self.pool_output = self._output(active, logits, hidden, union, cols)
+            self.pool_output = self._output(active, logits, hidden, union, cols, self.topk)
             first = self._scatter(outs[0].next_token_logits, cols[active[0]], union.numel())
             return LogitsProcessorOutput(next_token_logits=first, hidden_states=outs[0].hidden_states)
         logits = [self._scatter(lo.next_token_logits, cols[i], union.numel()) for i, lo in zip(active, outs)]
         if len(active) == 1:
             return LogitsProcessorOutput(next_token_logits=logits[0], hidden_states=outs[0].hidden_states)
-        slot = spec.hedgespec_slots  # [rows]: the position in `active` of each row's head
+        slot = _row_slots(spec.hedgespec_slots, positions)  # [rows]: the position in `active` of each row's head
         rows = torch.arange(slot.numel(), device=slot.device)
         return LogitsProcessorOutput(
             next_token_logits=torch.stack(logits)[slot, rows],
@@ -489,12 +492,19 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         return out
 
     @staticmethod
-    def _output(active, logits: torch.Tensor, hidden: torch.Tensor, union, cols) -> PoolOutput:
-        """The heads' evaluation results from their logits [A, S, draft vocab] and hidden states [A, S, H]."""
-        arg = torch.argmax(logits, dim=-1)  # [A, S], draft ids
-        kept = torch.gather(cols[torch.as_tensor(active, device=arg.device)], 1, arg)
+    def _output(active, logits: torch.Tensor, hidden: torch.Tensor, union, cols, topk: int = 1) -> PoolOutput:
+        """The heads' evaluation results from their logits [A, S, draft vocab] and hidden states [A, S, H]: each
+        head's argmax, or for a tree (``topk`` > 1) its top-k and their probabilities (softmax over its own
+        draft vocabulary, as SGLang's draft-extend scores the next draft input), at every kept row."""
         finite = torch.isfinite(logits.amax(dim=-1)).all(dim=-1) & torch.isfinite(hidden).flatten(1).all(dim=-1)
-        return PoolOutput(tuple(active), union[kept], kept, hidden, finite)
+        own = cols[torch.as_tensor(active, device=logits.device)]  # [A, draft vocab]: each head's pool columns
+        if topk == 1:
+            arg = torch.argmax(logits, dim=-1)  # [A, S], draft ids
+            kept = torch.gather(own, 1, arg)
+            return PoolOutput(tuple(active), union[kept], kept, hidden, finite)
+        probs, arg = torch.topk(logits.softmax(dim=-1), topk, dim=-1)  # [A, S, k]
+        kept = torch.gather(own, 1, arg.flatten(1)).view_as(arg)
+        return PoolOutput(tuple(active), union[kept], kept, hidden, finite, probs)
 
 
 #: per kind of SGLang matmul, the checkpoint weights merged into it, in SGLang's order (lowrank.safetensors keys)
@@ -568,6 +578,17 @@ def _plain_head(head: Any) -> bool:
         and getattr(head.logits_processor, "logit_scale", None) is None
         and not getattr(head.logits_processor, "final_logit_softcapping", None)
     )
+
+
+def _row_slots(slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Per row of a draft step, the position in ``hedgespec_active`` of its head: ``slots`` is per request; a
+    tree's draft step has k rows per request (request-major, as SGLang's top-k expansion orders them)."""
+    rows, bs = int(positions.shape[0]), int(slots.numel())
+    if rows == bs:
+        return slots
+    if bs == 0 or rows % bs:
+        raise RuntimeError(f"{ARCH}: a draft step of {rows} rows for {bs} requests")
+    return slots.repeat_interleave(rows // bs)
 
 
 def _kept_rows(forward_batch: Any) -> torch.Tensor | None:

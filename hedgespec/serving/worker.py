@@ -42,7 +42,7 @@ With ``fused=true`` the launcher serves the pool as one draft model instead, and
 :class:`hedgespec.serving.fused_worker.FusedHedgeSpecWorker` (a subclass) runs one draft and one draft-extend per
 round for all drafters; selection, feedback and drops are this class's.
 
-Scope: chains and EAGLE trees (``--speculative-eagle-topk`` ≥ 1; the fused pool drafts chains only), no overlap
+Scope: chains and EAGLE trees (``--speculative-eagle-topk`` ≥ 1), no overlap
 scheduling, no pipeline parallelism, no draft-extend CUDA graphs (the all-row draft logits exist only on the
 eager path). The worker is configured
 through the ``HEDGESPEC_CONFIG`` environment variable (JSON written by :func:`hedgespec.serving.argv.build_plan`,
@@ -247,7 +247,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         if os.path.realpath(draft_path) != os.path.realpath(str(first)):
             raise RuntimeError(f"{CONFIG_ENV}: {draft_path} must equal --speculative-draft-model-path ({first})")
         super().__init__(server_args, gpu_id, nccl_port, target_worker)
-        self._check_topk()
+        self._setup_topk()
         self._paths = paths
         self._drafters = self._draft_workers(server_args, gpu_id, nccl_port, target_worker)
         self._names = [str(n) for n in (cfg.get("names") or [os.path.basename(os.path.normpath(p)) for p in paths])]
@@ -273,8 +273,8 @@ class HedgeSpecWorker(EAGLEWorkerV2):
             "batched" if self._selection.batch is not None else "per request",
         )
 
-    def _check_topk(self) -> None:
-        """Chains and trees alike (the fused pool refuses trees)."""
+    def _setup_topk(self) -> None:
+        """Chains and trees alike: each drafter is SGLang's own draft worker (the fused pool is told its k)."""
 
     @staticmethod
     def _draft_model_path(cfg: dict[str, Any]) -> str:
