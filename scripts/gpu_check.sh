@@ -11,9 +11,7 @@
 #    requests keep their own selector state, a malformed request gets a 4xx, stock EAGLE-3 greedy == greedy;
 #    tests/test_serving_fused.py: the same for the pool as one draft model (fused=true), 8 concurrent requests
 #    drafting with their own heads in one draft step (the heads layout: one attention call on CUDA's attention
-#    backend for every head), a low-rank pool evaluated with its base read once; tests/test_serving_tree.py:
-#    HEDGESPEC drafting EAGLE trees (topk 2) == transformers greedy alone and 8 concurrent, the same choices as the
-#    reference engine's tree mode, selection moves to the agreeing drafter;
+#    backend for every head), a low-rank pool evaluated with its base read once;
 #    then tests/test_serving_sampled.py: at T=0.8 the first two tokens of 3000 seeded requests follow the
 #    target's law (chi-square per token), plain SGLang and HEDGESPEC with two drafters; then
 #    scripts/shapes_bench.py: HEDGESPEC with 8 heads vs stock EAGLE-3 at Llama-3.1-8B shapes (dummy weights,
@@ -22,6 +20,9 @@
 # 5. a 2-step SpecForge training smoke on the tiny target on one GPU (`train/run.py ... train.device=cuda`):
 #    installs SpecForge as scripts/install.d/30-train.sh does (pinned wheel, --no-deps) when it is missing,
 #    trains, exports and registers one drafter into a scratch pool under the log dir
+# 6. tests/test_serving_tree.py on CUDA with what the budget has left: HEDGESPEC drafting EAGLE trees (topk 2;
+#    per-drafter workers and the fused pool in both KV layouts) == transformers greedy alone and 8 concurrent, the
+#    same choices as the reference engine's tree mode, selection moves to the agreeing drafter
 # Each step has its own time limit; the whole run is bounded by HS_GPU_BUDGET_S (default 590 s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -81,8 +82,6 @@ run_step serve-tests-cuda 360 \
   python -m pytest -m serve tests/test_serving_server.py tests/test_serving_fused.py -q -x -p no:cacheprovider -rA \
   --durations=10 || true
 grep -E "passed|failed|error" "$LOG_DIR/serve-tests-cuda.log" | tail -3 || true
-run_step serve-trees-cuda 180 \
-  python -m pytest -m serve tests/test_serving_tree.py -q -x -p no:cacheprovider -rA || true
 # sampled requests (T=0.8): the first two tokens' law vs the target's, plain SGLang and HEDGESPEC (its sampled
 # verification and the exact sampled gamma run only on CUDA)
 run_step sampled-law-cuda 150 \
@@ -104,6 +103,10 @@ run_step train-smoke-cuda 150 python train/run.py domain=sql target=tiny train=t
   train.specforge.training.max_steps=2 train.specforge.training.save_interval=2 progress=false \
   paths.outputs="$LOG_DIR/train" paths.pools="$LOG_DIR/pools" || true
 grep -E "registered|manifest|loss" "$LOG_DIR/train-smoke-cuda.log" | tail -3 || true
+
+# 6. HEDGESPEC drafting trees on CUDA (last: it takes what the budget has left)
+run_step serve-trees-cuda 240 \
+  python -m pytest -m serve tests/test_serving_tree.py -q -x -p no:cacheprovider -rA || true
 
 echo
 echo "================ gpu_check summary ($(( $(date +%s) - START ))s) ================"

@@ -31,10 +31,12 @@ One forward runs:
   about one head's weights instead of N. The returned logits and hidden states are those of the first live head
   (SGLang needs one valid tensor); every head's results are kept in :attr:`pool_output` (:class:`PoolOutput`) for
   the worker: its argmax (target ids) at the rows SGLang keeps (every row of a decode extend), its
-  pool-vocabulary top-1 and hidden state there, and whether all of it is finite.
+  pool-vocabulary top-1 and hidden state there, and whether all of it is finite; under tree drafting
+  (:attr:`topk` k > 1, set by the worker) its top-k ids and their draft probabilities instead of the argmax.
 * a draft decode step: only the heads that some request chose (``spec_info.hedgespec_active``, a tuple of drafter
   indices) run, with their dense weights; each row's logits and hidden state come from its request's head
-  (``spec_info.hedgespec_slots``: per row, the position of its head in ``hedgespec_active``), and in the ``heads``
+  (``spec_info.hedgespec_slots``: per request, the position of its head in ``hedgespec_active``; a tree's draft
+  step has k rows per request, request-major), and in the ``heads``
   layout each row's q/k/v fill only its own head's slice. A row's recurrent state is its own head's.
 
 No module-level sglang import besides what the class needs: this module is imported only by the plugin when the

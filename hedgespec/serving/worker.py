@@ -33,23 +33,23 @@ a row without a finite logit), is dropped **for the rest of the server's life** 
 every request, so a per-request drop would only fail again), with one logged warning naming it and the cause.
 A dropped drafter runs no more forwards and its γ reads 0. A request whose selector picks a dropped drafter is
 drafted by the live drafter with the largest weight in that decision (lowest index on ties), and its selector
-observes the round as that drafter's. With no drafter left the verifier checks a placeholder chain (the last
-committed token repeated) and no draft model runs: target-only decoding, still lossless; such rounds are in
-``hedgespec_rounds`` but in no drafter's histogram bin. ``hedgespec_dropped`` lists the drafters (pool order)
-the server had dropped by the request's last round.
+observes the round as that drafter's. With no drafter left the verifier checks a placeholder chain or tree
+(the last committed token repeated; :mod:`hedgespec.serving.placeholder_tree`) and no draft model runs:
+target-only decoding, still lossless; such rounds are in ``hedgespec_rounds`` but in no drafter's histogram bin.
+``hedgespec_dropped`` lists the drafters (pool order) the server had dropped by the request's last round.
 
 With ``fused=true`` the launcher serves the pool as one draft model instead, and
 :class:`hedgespec.serving.fused_worker.FusedHedgeSpecWorker` (a subclass) runs one draft and one draft-extend per
 round for all drafters; selection, feedback and drops are this class's.
 
-Scope: chains and EAGLE trees (``--speculative-eagle-topk`` ≥ 1), no overlap
-scheduling, no pipeline parallelism, no draft-extend CUDA graphs (the all-row draft logits exist only on the
-eager path). The worker is configured
-through the ``HEDGESPEC_CONFIG`` environment variable (JSON written by :func:`hedgespec.serving.argv.build_plan`,
-validated by :func:`hedgespec.serving.plugin.parse_worker_config`) because SGLang's ``ServerArgs`` is a sealed
-struct. Per-request states live in :class:`hedgespec.serving.states.RequestStates`, freed at finish and at abort;
-their selector state lives in :class:`hedgespec.serving.selection.WorkerSelection` (a batched selector's slots
-where the selector has a batched form, else one per-request selector each; the same decisions either way).
+Scope: chains and EAGLE trees (``--speculative-eagle-topk`` ≥ 1), no overlap scheduling, no pipeline
+parallelism, no draft-extend CUDA graphs (the all-row draft logits exist only on the eager path). The worker is
+configured through the ``HEDGESPEC_CONFIG`` environment variable (JSON written by
+:func:`hedgespec.serving.argv.build_plan`, validated by :func:`hedgespec.serving.plugin.parse_worker_config`)
+because SGLang's ``ServerArgs`` is a sealed struct. Per-request states live in
+:class:`hedgespec.serving.states.RequestStates`, freed at finish and at abort; their selector state lives in
+:class:`hedgespec.serving.selection.WorkerSelection` (a batched selector's slots where the selector has a batched
+form, else one per-request selector each; the same decisions either way).
 """
 
 from __future__ import annotations
@@ -539,7 +539,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         return self._compose(proposals, drafted), drafted
 
     def _placeholder_draft(self, batch: Any) -> Any:
-        """Verify input of a placeholder chain, the last committed token repeated, built by SGLang's own
+        """Verify input of a placeholder chain (or tree), the last committed token repeated, built by SGLang's own
         ``draft`` with the draft model's forward (and its CUDA graphs) replaced: no drafter runs, the target's
         verification is unchanged, so the output is the target's greedy output."""
         drafter, steps = self._drafters[0], int(self.speculative_num_steps)
