@@ -48,6 +48,17 @@ def generate_ids(base_url: str, ids: Sequence[int], new_tokens: int, rid: str | 
         return json.load(r)
 
 
+def assert_target_only(outs: Sequence[tuple[Sequence[int], dict]], reference: dict, dropped: list[str]) -> None:
+    """Every drafter dropped: each output is the target's greedy one, the drafters are reported dropped, and the
+    rounds (verified with a placeholder chain or tree) are in no drafter's histogram bin."""
+    for ids, out in outs:
+        meta = out["meta_info"]
+        assert out["output_ids"] == reference[tuple(ids)], ids
+        assert meta["hedgespec_dropped"] == dropped
+        assert meta["hedgespec_histogram"] == [0] * len(dropped)
+        assert meta["hedgespec_rounds"][0] == meta["spec_verify_ct"] > 0
+
+
 def tiny_checkpoints(root: Path) -> Path:
     """The serve tests' tiny checkpoints under ``root``: a random target ``t_rand`` with random drafters d0..d2, and
     a constant target ``t_const`` with a drafter that always agrees (``d_const``) and one that never does

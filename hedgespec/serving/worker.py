@@ -217,6 +217,14 @@ def top_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
     return torch.argmax(logits, dim=-1) if k == 1 else torch.topk(logits, k, dim=-1).indices
 
 
+def _per_request(ids: list[int], choices: list[int], device: Any) -> Any:
+    """``pick(parts)``: from per-drafter tensors ``parts`` (drafters ``ids``, one leading row per request), row b
+    of drafter ``choices[b]``'s, for every request b: one stack and one gather."""
+    src = torch.tensor([ids.index(j) for j in choices], device=device)
+    at = torch.arange(len(choices), device=device)
+    return lambda parts: torch.stack(parts)[src, at]
+
+
 @contextlib.contextmanager
 def _capture_logits_argmax(runner: Any, sink: list[tuple[torch.Tensor, torch.Tensor]], k: int = 1) -> Iterator[None]:
     """Record ``(argmax — top-k ids for k > 1 — of every row, whether every row is finite)`` of ``runner``'s next
@@ -625,14 +633,11 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         if len(proposals) == 1:
             return verify_input
         ids, b = list(proposals), len(choices)
-        device = verify_input.draft_token.device
-        src = torch.tensor([ids.index(j) for j in choices], device=device)
-        at = torch.arange(b, device=device)
-        tokens = torch.stack([proposals[j].draft_token.view(b, -1) for j in ids])
-        verify_input.draft_token = tokens[src, at].reshape(-1)
+        pick = _per_request(ids, choices, verify_input.draft_token.device)
+        verify_input.draft_token = pick([proposals[j].draft_token.view(b, -1) for j in ids]).reshape(-1)
         probs = [proposals[j].draft_probs for j in ids]
         if all(p is not None for p in probs):  # (SGLang's target-only verification does not read them)
-            verify_input.draft_probs = torch.stack(probs)[src, at]
+            verify_input.draft_probs = pick(probs)
         return verify_input
 
     def _compose_trees(self, batch: Any, base: Any, proposals: dict[int, tuple], choices: list[int]) -> Any:
@@ -643,13 +648,7 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         if len(proposals) == 1:
             return first
         ids, b = list(proposals), len(choices)
-        device = first.draft_token.device
-        src = torch.tensor([ids.index(j) for j in choices], device=device)
-        at = torch.arange(b, device=device)
-
-        def pick(parts: list[torch.Tensor]) -> torch.Tensor:
-            return torch.stack(parts)[src, at]
-
+        pick = _per_request(ids, choices, first.draft_token.device)
         parents = pick([proposals[j][1] for j in ids])
         selected = pick([proposals[j][2] for j in ids])
         tokens = pick([proposals[j][0].draft_token.view(b, -1)[:, 1:] for j in ids])
