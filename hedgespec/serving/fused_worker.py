@@ -159,7 +159,7 @@ class FusedHedgeSpecWorker(HedgeSpecWorker):
         """One draft-extend of every live head over the verified tokens; per drafter its argmax (target ids) at
         every row, [B, ndt] ([B, ndt, k]: its top-k under tree drafting), −1 for a dropped drafter."""
         b, ndt = len(batch.reqs), self.speculative_num_draft_tokens
-        shape = (b, ndt) if self.topk == 1 else (b, ndt, self.topk)
+        shape = self._proposal_shape(b)
         argmaxes = [torch.full(shape, -1, dtype=torch.long)] * self.n_drafters
 
         def run() -> None:

@@ -504,7 +504,8 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             arg = torch.argmax(logits, dim=-1)  # [A, S], draft ids
             kept = torch.gather(own, 1, arg)
             return PoolOutput(tuple(active), union[kept], kept, hidden, finite)
-        probs, arg = torch.topk(logits.softmax(dim=-1), topk, dim=-1)  # [A, S, k]
+        top, arg = torch.topk(logits, topk, dim=-1)  # [A, S, k]; softmax is monotone, so the same ids
+        probs = (top - torch.logsumexp(logits, dim=-1, keepdim=True)).exp()  # no [A, S, vocab] softmax materialized
         kept = torch.gather(own, 1, arg.flatten(1)).view_as(arg)
         return PoolOutput(tuple(active), union[kept], kept, hidden, finite, probs)
 

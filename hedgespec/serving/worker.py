@@ -409,6 +409,12 @@ class HedgeSpecWorker(EAGLEWorkerV2):
         preds = self._target_ids(self._drafters[j], self._first_ids(ndi)).to("cpu").numpy()
         self._selection.set_first_pred(rows, j, preds)
 
+    def _proposal_shape(self, b: int) -> tuple[int, ...]:
+        """Shape of every drafter's proposals at each verify row of ``b`` requests: [B, ndt] (chain), [B, ndt, k]
+        (tree: its top-k ids)."""
+        ndt = int(self.speculative_num_draft_tokens)
+        return (b, ndt) if self.topk == 1 else (b, ndt, int(self.topk))
+
     def _first_ids(self, ndi: Any) -> torch.Tensor:
         """A drafter's proposal for each request's next first token from its next draft input: the top-1 id [B]
         (chain), its top-k ids [B, k] (tree: SGLang's draft step puts them under the root)."""
@@ -579,8 +585,8 @@ class HedgeSpecWorker(EAGLEWorkerV2):
 
         Nothing is read back per drafter: every drafter's argmax rows, its next first-token proposal and its
         finiteness flag stay on the device until one transfer for the whole round (:meth:`_read_back`)."""
-        reqs, ndt = list(batch.reqs), self.speculative_num_draft_tokens
-        shape = (len(reqs), ndt) if self.topk == 1 else (len(reqs), ndt, self.topk)
+        reqs = list(batch.reqs)
+        shape = self._proposal_shape(len(reqs))
         argmaxes = [torch.full(shape, -1, dtype=torch.long)] * self.n_drafters
         snap = _snapshot(batch)
         pending: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = []
