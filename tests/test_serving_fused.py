@@ -76,10 +76,17 @@ def test_fused_pool_is_lossless_and_chooses_as_the_reference_engine(ckpt, tmp_pa
     assert "heads layout, one attention call over 3 heads" in (tmp_path / "fused.log").read_text()
 
 
-def test_concurrent_requests_draft_with_their_own_heads(ckpt, tmp_path):
+def _concurrent(srv, prompts: list[list[int]], rids: list[str], n_new: int) -> dict[str, dict]:
+    with cf.ThreadPoolExecutor(len(prompts)) as ex:
+        futs = {rid: ex.submit(generate_ids, srv.plan.base_url, p, n_new, rid) for rid, p in zip(rids, prompts)}
+        return {rid: f.result() for rid, f in futs.items()}
+
+
+@pytest.mark.parametrize("layout", ["heads", "layers"])
+def test_concurrent_requests_draft_with_their_own_heads(ckpt, tmp_path, layout):
     """One agreeing and two never-agreeing heads, 8 concurrent requests with their own request ids: each
     request's output, drafter histogram, rounds and drafts accepted per round equal the reference engine's for
-    that id (the first round mixes the heads in one draft step)."""
+    that id (the first round mixes the heads in one draft step: one stacked pass in either KV layout)."""
     drafters = ["d_anti", "d_const", "d_anti"]
     n_new = 40
     prompts = [[3 + i, 7, 11 + i] for i in range(8)]
@@ -88,11 +95,9 @@ def test_concurrent_requests_draft_with_their_own_heads(ckpt, tmp_path):
     expected = {f"mix-{i}": _engine_run(engine, p, n_new, f"mix-{i}") for i, p in enumerate(prompts)}
     first = {stats.chosen[0] for _, stats in expected.values()}
     assert len(first) > 1, "the request ids should start on different drafters (a mixed first draft step)"
-    srv = tiny_server(ckpt, "t_const", drafters, tmp_path / "mix.log", fused=True, layout="heads")
+    srv = tiny_server(ckpt, "t_const", drafters, tmp_path / "mix.log", fused=True, layout=layout)
     try:
-        with cf.ThreadPoolExecutor(len(prompts)) as ex:
-            futs = {rid: ex.submit(generate_ids, srv.plan.base_url, p, n_new, rid) for rid, p in zip(expected, prompts)}
-            served = {rid: f.result() for rid, f in futs.items()}
+        served = _concurrent(srv, prompts, list(expected), n_new)
     finally:
         srv.stop()
     for (rid, (out, stats)), p in zip(expected.items(), prompts):
@@ -236,6 +241,44 @@ def test_low_rank_pool_evaluates_base_once_and_chooses_as_the_reference_engine(c
             assert meta["hedgespec_histogram"][1] >= meta["spec_verify_ct"] - 2, meta
     finally:
         srv.stop()
+    assert "low-rank evaluation over base 'b'" in log.read_text()
+
+
+def test_concurrent_requests_of_a_low_rank_pool_draft_with_their_own_experts(ckpt, tmp_path):
+    """Concurrent requests over a low-rank pool (layers layout) whose ids start on different experts: the draft
+    steps that mix experts multiply by the low-rank stack (the base once, each expert's factors on its rows), and
+    every request's output is transformers' greedy output, its drafter histogram and rounds the reference
+    engine's for that id, and the expert that agrees drafts nearly every round."""
+    from transformers import AutoModelForCausalLM
+
+    from hedgespec.engine.eagle3 import Eagle3Drafter
+    from hedgespec.engine.generate import SpeculativeEngine
+    from hedgespec.engine.lowrank import LowRankDrafter
+    from hedgespec.selectors import make_selector
+
+    drafters = _low_rank_experts(ckpt, tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(ckpt / "t_const", dtype=torch.float32).eval()
+    base = Eagle3Drafter.load(tmp_path / "b", model)
+    heads = [base] + [LowRankDrafter.load_factors(tmp_path / d, base, d) for d in drafters[1:]]
+    engine = SpeculativeEngine(model, heads, make_selector("hedgespec"), decoding("chain", 3))
+    n_new = 40
+    prompts = [[3 + i, 7, 11 + i] for i in range(6)]
+    rids = [f"lr-mix-{i}" for i in range(6)]
+    reference = hf_greedy(ckpt / "t_const", prompts, n_new)
+    expected = {rid: _engine_run(engine, p, n_new, rid) for rid, p in zip(rids, prompts)}
+    assert len({stats.chosen[0] for _, stats in expected.values()}) > 1, "a mixed first draft step"
+    log = tmp_path / "lowrank-mix.log"
+    srv = tiny_server(tmp_path, "t_const", drafters, log, fused=True, layout="layers")
+    try:
+        served = _concurrent(srv, prompts, rids, n_new)
+    finally:
+        srv.stop()
+    for (rid, (out, stats)), p in zip(expected.items(), prompts):
+        meta = served[rid]["meta_info"]
+        assert served[rid]["output_ids"] == out == reference[tuple(p)], rid
+        assert meta["hedgespec_histogram"] == stats.histogram(3), (rid, meta["hedgespec_histogram"], stats.chosen)
+        assert meta["spec_verify_ct"] == stats.rounds, (rid, meta["spec_verify_ct"], stats.rounds)
+        assert meta["hedgespec_histogram"][1] >= meta["spec_verify_ct"] - 2, meta
     assert "low-rank evaluation over base 'b'" in log.read_text()
 
 

@@ -34,7 +34,10 @@ One forward runs:
   pool-vocabulary top-1 and hidden state there, and whether all of it is finite; under tree drafting
   (:attr:`topk` k > 1, set by the worker) its top-k ids and their draft probabilities instead of the argmax.
 * a draft decode step: only the heads that some request chose (``spec_info.hedgespec_active``, a tuple of drafter
-  indices) run, with their dense weights; each row's logits and hidden state come from its request's head
+  indices) run; one head runs with its dense weights (in the layers layout, its own SGLang forward); several run
+  as one stacked pass, with the low-rank stack for a low-rank pool (the base read once, as in an evaluation, so
+  a batch whose requests chose several heads does not pay several heads' weights per step); each row's logits
+  and hidden state come from its request's head
   (``spec_info.hedgespec_slots``: per request, the position of its head in ``hedgespec_active``; a tree's draft
   step has k rows per request, request-major), and in the ``heads``
   layout each row's q/k/v fill only its own head's slice. A row's recurrent state is its own head's.
@@ -254,7 +257,9 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             self.pool_output = self._output(active, logits, hidden, union, cols, self.topk)
             first = self._scatter(logits[0], cols[active[0]], union.numel())
             return LogitsProcessorOutput(next_token_logits=first, hidden_states=hidden[0])
-        if self.attn is not None:  # a draft step of the chosen heads, each row taking its own head's results
+        if self.attn is not None or (len(active) > 1 and self._plain()):
+            # a draft step of several chosen heads (any of them in the heads layout) as one stacked pass, each row
+            # taking its own head's results: one product per matmul kind instead of one SGLang forward per head
             slots = _row_slots(spec.hedgespec_slots, positions) if len(active) > 1 else None
             slots = torch.zeros_like(positions, dtype=torch.long) if slots is None else slots
             logits, hidden = self._pass(active, positions, forward_batch, embeds, slots)
@@ -386,7 +391,9 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         :meth:`_attend`. An evaluation (``slots`` None) multiplies by the pool's stacks (a low-rank pool's base
         once); a draft step (``slots``: per row, the position of its head in ``active``) by the heads' dense
         weights. Returns the logits [A, S, draft vocab] (float) and recurrent hidden states [A, S, H] at the rows
-        SGLang's logits processor keeps (every row in a draft step)."""
+        SGLang's logits processor keeps (every row in a draft step). A draft step of several heads of a low-rank
+        pool multiplies by the low-rank stack too (:meth:`_matmul`), so its cost does not grow with the number
+        of distinct heads the batch chose the way N dense heads' would."""
         heads = [self.heads[i] for i in active]
         n, size = len(heads), int(self.config.hidden_size)
 
@@ -421,11 +428,13 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
 
     def _matmul(self, kind: str, active: tuple[int, ...], x: torch.Tensor, dense: bool) -> torch.Tensor:
         """x [A, R, in] through the ``kind`` matrix of each head in ``active``: [A, R, out]. All heads of a dense
-        pool: one batched product over the stack. ``dense`` with some heads (a draft step): each head's own
-        parameter, nothing copied. Otherwise the stack's rows of ``active`` (a low-rank stack: its base once)."""
+        pool: one batched product over the stack. ``dense`` (a draft step) with one head, or some heads of a dense
+        pool: each head's own parameter, nothing copied. Otherwise the stack's rows of ``active``: a low-rank
+        stack reads its base once for every head (a draft step of several heads too) plus each head's factors."""
         stack = self._stack()[kind]
         everyone = len(active) == len(self.heads)
-        if dense and not (everyone and isinstance(stack, torch.Tensor)):
+        several_low_rank = isinstance(stack, LowRankStack) and len(active) > 1
+        if dense and not (everyone and isinstance(stack, torch.Tensor)) and not several_low_rank:
             vocab = int(self.config.draft_vocab_size)
             mats = [m[:vocab] if kind == "lm_head" else m for m in self._matrices()[kind]]
             return torch.stack([torch.nn.functional.linear(x[a], mats[i]) for a, i in enumerate(active)])
