@@ -131,6 +131,54 @@ def test_extend_attention_prefix_plus_causal_or_tree(use_tree_mask):
         torch.testing.assert_close(o[i * ext : (i + 1) * ext].double(), ref, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("budget", [None, 1])
+def test_extend_attention_batches_sequences_of_different_lengths(monkeypatch, budget):
+    """A prefill-like extend: three sequences with different prefixes (0, 3, 1) and extends (4, 1, 2), new keys
+    read from the cache (``k_extend`` None), causal, a logit cap; each row equals the dense reference. With a
+    score budget of 1 every sequence runs in its own group (the split path)."""
+    if budget is not None:
+        monkeypatch.setattr(ck, "SCORE_BUDGET", budget)
+    g = torch.Generator().manual_seed(5)
+    kb, vb = _pool(kv_heads=1)
+    heads, dim, cap, scale = 2, 8, 3.0, 0.4
+    req_to_token = torch.zeros(4, 16, dtype=torch.int32)
+    layout = {0: [5, 6, 7, 8], 2: [20, 21, 22, 23], 3: [30, 31, 32]}  # slots: prefix then extend
+    for r, sl in layout.items():
+        req_to_token[r, : len(sl)] = torch.tensor(sl)
+    rpi = torch.tensor([0, 2, 3])
+    prefixes, exts = [0, 3, 1], [4, 1, 2]
+    starts = [0, 4, 5]
+    q = torch.randn(sum(exts), heads, dim, generator=g)
+    o = torch.full_like(q, float("nan"))
+    ck.extend_attention(
+        q, None, None, o, kb, vb, 1.0, 1.0, req_to_token, rpi,
+        torch.tensor([p + e for p, e in zip(prefixes, exts)]), torch.tensor(exts), torch.tensor(starts), max(exts),
+        scale, cap, False, 0, None, None, None, True,
+    )  # fmt: skip
+    for i, (prefix, ext, start) in enumerate(zip(prefixes, exts, starts)):
+        slots = req_to_token[int(rpi[i]), : prefix + ext].long()
+        visible = [[True] * prefix + [m <= t for m in range(ext)] for t in range(ext)]
+        qi = q[start : start + ext].double()
+        ref = _capped_reference(qi, kb[slots].double(), vb[slots].double(), visible, scale, cap)
+        torch.testing.assert_close(o[start : start + ext].double(), ref, atol=1e-5, rtol=1e-5)
+
+
+def _capped_reference(q, keys, values, visible, scale, cap):
+    tq, heads, _ = q.shape
+    out = torch.zeros(tq, heads, values.shape[-1], dtype=torch.float64)
+    for h in range(heads):
+        kh = h // (heads // keys.shape[1])
+        for t in range(tq):
+            s = [
+                cap * math.tanh(float(q[t, h] @ keys[j, kh]) * scale / cap) if visible[t][j] else -math.inf
+                for j in range(keys.shape[0])
+            ]
+            m = max(s)
+            w = [math.exp(x - m) for x in s]
+            out[t, h] = sum(w[j] / sum(w) * values[j, kh] for j in range(keys.shape[0]))
+    return out
+
+
 def test_attention_refuses_unsupported_features():
     kb, vb = _pool()
     q, o = torch.zeros(1, 4, 8), torch.zeros(1, 4, 8)
@@ -367,3 +415,22 @@ def test_install_registers_cpu_torch_ops_once():
     )
     assert torch.equal(o, ref)
     assert ck.SGLANG_VERSION == "0.5.23"
+
+
+def test_bench_cpu_attention_script_writes_both_timings(tmp_path, capsys):
+    """scripts/bench_cpu_attention.py end to end at a tiny budget: every op and batch size timed both ways."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_cpu_attention.py"
+    spec = importlib.util.spec_from_file_location("bench_cpu_attention", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "attention.json"
+    argv = ["--batch-sizes", "1", "3", "--seq", "16", "--reps", "1", "--rounds", "1", "--threads", "1"]
+    assert mod.main([*argv, "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["op"], r["batch"]) for r in rows] == [("decode", 1), ("extend", 1), ("decode", 3), ("extend", 3)]
+    assert all(r["batched_us"] > 0 and r["per_sequence_us"] > 0 for r in rows)
+    assert "one call per sequence" in capsys.readouterr().out

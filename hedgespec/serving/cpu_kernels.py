@@ -13,8 +13,10 @@ functional (not fast) versions of exactly the ops that path calls:
 
 The semantics follow the argument contracts documented at SGLang's call sites (``kernels/ops/speculative``,
 ``layers/attention/intel_amx_backend.py``) and the CPU kernel contracts in sgl-kernel ``csrc/cpu/spec.cpp``;
-the code is written from those contracts, loop by loop, for readability. Every op is tested against a
-straightforward reference in ``tests/test_serving_cpu_kernels.py``.
+the bookkeeping ops are written from those contracts loop by loop, for readability; the two attention ops pad
+the batch's sequences to one length and attend in one batched product (masking the padding), so a call costs a
+few tensor ops whatever the batch size. Every op is tested against a straightforward reference in
+``tests/test_serving_cpu_kernels.py``.
 
 Nothing happens at import. :func:`install` (idempotent) registers the two attention ops in the
 ``sgl_kernel`` torch-library namespace with the **CPU** dispatch key only; the ``sgl_kernel`` Python module
@@ -71,29 +73,42 @@ def _check_plain_attention(op: str, is_cross: bool, sliding_window: int, sinks: 
         raise _unsupported(op, "attention sinks")
 
 
+#: the most attention scores (batch × heads × queries × keys) one batched call materialises; an extend over longer
+#: or more sequences runs in consecutive groups of sequences that fit (one sequence per group at worst)
+SCORE_BUDGET = 1 << 25
+
+
 def _attend(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    visible: torch.Tensor | None,
+    visible: torch.Tensor,
     sm_scale: float,
     logit_cap: float,
 ) -> torch.Tensor:
-    """softmax(q kᵀ · scale [capped], masked) v for one sequence, grouped-query heads.
+    """softmax(q kᵀ · scale [capped], masked) v for a batch of sequences padded to one length, grouped-query heads.
 
-    q: [Tq, H, D], k: [Tk, Hkv, D], v: [Tk, Hkv, Dv], visible: [Tq, Tk] bool or None. Returns [Tq, H, Dv] fp32.
+    q: [B, Tq, H, D], k: [B, Tk, Hkv, D], v: [B, Tk, Hkv, Dv], visible: [B, Tq, Tk] bool (padding invisible).
+    Returns [B, Tq, H, Dv] fp32; a query row that sees no key gets zeros. Without a logit cap this is torch's
+    fused ``scaled_dot_product_attention`` in fp32 (grouped-query heads, boolean mask); with one, the scores are
+    computed, capped and normalised explicitly.
     """
-    heads, kv_heads = q.shape[1], k.shape[1]
-    group = heads // kv_heads
-    k = k.float().repeat_interleave(group, dim=1)
-    v = v.float().repeat_interleave(group, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * sm_scale
-    if logit_cap and logit_cap > 0:
-        scores = logit_cap * torch.tanh(scores / logit_cap)
-    if visible is not None:
-        scores = scores.masked_fill(~visible.unsqueeze(0), float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.einsum("hqk,khd->qhd", probs, v)
+    q, k, v = (t.float().transpose(1, 2) for t in (q, k, v))  # [B, heads, T, D]
+    mask = visible.unsqueeze(1)
+    if not (logit_cap and logit_cap > 0):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=sm_scale, enable_gqa=True)
+        return out.nan_to_num(0.0).transpose(1, 2)
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = logit_cap * torch.tanh(torch.matmul(q, k.transpose(-1, -2)) * sm_scale / logit_cap)
+    probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)  # no key seen: 0
+    return torch.matmul(probs, v).transpose(1, 2)
+
+
+def _gather(buffer: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor, scale: float) -> torch.Tensor:
+    """``buffer`` rows at ``slots`` [B, T] (slot 0 where not ``valid``: read, then masked out) as fp32 × scale."""
+    rows = buffer[slots.masked_fill(~valid, 0)].float()
+    return rows if scale == 1.0 else rows * scale
 
 
 def decode_attention(
@@ -119,19 +134,26 @@ def decode_attention(
 ) -> None:
     """One query token per sequence (``decode_attention_cpu``).
 
-    Writes the new ``k``/``v`` rows into the KV buffers at ``loc`` (when given), then for sequence i attends
-    over the slots ``req_to_token[req_pool_indices[i], :seq_lens[i]]`` (the new token included) and writes
-    ``o[i]``. ``attn_logits`` is the real kernel's split-K scratch; it is not used here.
+    Writes the new ``k``/``v`` rows into the KV buffers at ``loc`` (when given), then sequence i attends over the
+    slots ``req_to_token[req_pool_indices[i], :seq_lens[i]]`` (the new token included) and writes ``o[i]``; the
+    sequences are padded to the longest and attend in one batched product. ``attn_logits`` is the real kernel's
+    split-K scratch; it is not used here.
     """
     _check_plain_attention("decode_attention_cpu", is_cross, sliding_window, sinks)
     if k is not None and v is not None:
         k_buffer[loc] = k.view(-1, *k_buffer.shape[1:]).to(k_buffer.dtype)
         v_buffer[loc] = v.view(-1, *v_buffer.shape[1:]).to(v_buffer.dtype)
-    for i in range(q.shape[0]):
-        slots = req_to_token[int(req_pool_indices[i]), : int(seq_lens[i])].long()
-        keys = k_buffer[slots].float() * key_scale
-        values = v_buffer[slots].float() * value_scale
-        o[i] = _attend(q[i : i + 1], keys, values, None, sm_scale, logit_cap)[0].to(o.dtype)
+    b = q.shape[0]
+    if b == 0:
+        return
+    lens = seq_lens.long()
+    width = int(lens.max())
+    slots = req_to_token[req_pool_indices.long(), :width].long()
+    valid = torch.arange(width) < lens[:, None]
+    keys = _gather(k_buffer, slots, valid, key_scale)
+    values = _gather(v_buffer, slots, valid, value_scale)
+    out = _attend(q.view(b, 1, *q.shape[1:]), keys, values, valid[:, None, :], sm_scale, logit_cap)
+    o.copy_(out.view(o.shape).to(o.dtype))
 
 
 def extend_attention(
@@ -163,31 +185,87 @@ def extend_attention(
     Sequence i owns query rows ``extend_start_loc[i] : + extend_seq_lens[i]`` (E rows). It sees its prefix of
     ``seq_lens[i] - E`` cached slots (from ``req_to_token``) fully, and its own E new keys (``k_extend``, or
     the cache when ``k_extend`` is None) causally — or, when ``tree_mask`` is given, as the
-    QLEN_ONLY tree mask says: new key m is visible to row j iff ``tree_mask[i·E·E + j·E + m]``.
+    QLEN_ONLY tree mask says: new key m is visible to row j iff ``tree_mask[i·E·E + j·E + m]``. Sequences are
+    padded to the longest prefix and extend and attend in one batched product per group of sequences whose
+    scores fit :data:`SCORE_BUDGET`.
     """
     _check_plain_attention("extend_attention_cpu", is_cross, sliding_window, sinks)
-    for i in range(extend_seq_lens.shape[0]):
-        total, ext, start = int(seq_lens[i]), int(extend_seq_lens[i]), int(extend_start_loc[i])
-        prefix = total - ext
-        row = req_to_token[int(req_pool_indices[i])]
-        pk = k_buffer[row[:prefix].long()].float() * key_scale
-        pv = v_buffer[row[:prefix].long()].float() * value_scale
-        if k_extend is not None and v_extend is not None:
-            ek, ev = k_extend[start : start + ext].float(), v_extend[start : start + ext].float()
-        else:
-            ek = k_buffer[row[prefix:total].long()].float() * key_scale
-            ev = v_buffer[row[prefix:total].long()].float() * value_scale
-        if tree_mask is not None:
-            inner = tree_mask.view(-1)[i * ext * ext : (i + 1) * ext * ext].view(ext, ext).bool()
-        elif is_causal:
-            inner = torch.ones(ext, ext, dtype=torch.bool).tril()
-        else:
-            inner = torch.ones(ext, ext, dtype=torch.bool)
-        visible = torch.cat([torch.ones(ext, prefix, dtype=torch.bool), inner], dim=1)
-        out = _attend(
-            q_extend[start : start + ext], torch.cat([pk, ek]), torch.cat([pv, ev]), visible, sm_scale, logit_cap
-        )
-        o_extend[start : start + ext] = out.to(o_extend.dtype)
+    n = int(extend_seq_lens.shape[0])
+    heads = int(q_extend.shape[1])
+    totals, exts = seq_lens.long().tolist(), extend_seq_lens.long().tolist()
+    lo = 0
+    while lo < n:  # consecutive groups of sequences whose padded scores fit the budget
+        hi, ext_max, pre_max = lo, 0, 0
+        while hi < n:
+            e, p = max(ext_max, exts[hi]), max(pre_max, totals[hi] - exts[hi])
+            if hi > lo and (hi - lo + 1) * heads * e * (p + e) > SCORE_BUDGET:
+                break
+            ext_max, pre_max, hi = e, p, hi + 1
+        _extend_group(
+            range(lo, hi), ext_max, pre_max, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
+            key_scale, value_scale, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
+            sm_scale, logit_cap, tree_mask, is_causal,
+        )  # fmt: skip
+        lo = hi
+
+
+def _extend_group(
+    group: range,
+    ext_max: int,
+    pre_max: int,
+    q_extend: torch.Tensor,
+    k_extend: torch.Tensor | None,
+    v_extend: torch.Tensor | None,
+    o_extend: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    key_scale: float,
+    value_scale: float,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+    tree_mask: torch.Tensor | None,
+    is_causal: bool,
+) -> None:
+    """:func:`extend_attention` for the sequences ``group``, padded to ``pre_max`` prefix and ``ext_max`` new
+    keys (the keys of sequence i: its prefix slots, then its new keys)."""
+    idx = torch.arange(group.start, group.stop)
+    ext = extend_seq_lens.long()[idx]
+    prefix = seq_lens.long()[idx] - ext
+    start = extend_start_loc.long()[idx]
+    rows = req_to_token[req_pool_indices.long()[idx]].long()  # [G, pool width]
+    j = torch.arange(ext_max)
+    in_ext = j < ext[:, None]  # [G, E]: real query rows (and real new keys)
+    pre_cols = torch.arange(pre_max)
+    in_pre = pre_cols < prefix[:, None]  # [G, P]
+    pk = _gather(k_buffer, rows[:, :pre_max], in_pre, key_scale)
+    pv = _gather(v_buffer, rows[:, :pre_max], in_pre, value_scale)
+    q_rows = (start[:, None] + j).masked_fill(~in_ext, 0)  # [G, E] flat query rows (row 0 where padding)
+    if k_extend is not None and v_extend is not None:
+        ek, ev = k_extend[q_rows].float(), v_extend[q_rows].float()
+    else:
+        new_slots = torch.gather(rows, 1, (prefix[:, None] + j).clamp(max=rows.shape[1] - 1))
+        ek = _gather(k_buffer, new_slots, in_ext, key_scale)
+        ev = _gather(v_buffer, new_slots, in_ext, value_scale)
+    if tree_mask is not None:
+        if int(ext.min()) != ext_max:
+            raise _unsupported("extend_attention_cpu", "a tree mask with different draft lengths per sequence")
+        inner = tree_mask.view(-1)[group.start * ext_max * ext_max : group.stop * ext_max * ext_max]
+        inner = inner.view(len(group), ext_max, ext_max).bool()
+    elif is_causal:
+        inner = (j[None, :] <= j[:, None]).expand(len(group), -1, -1)
+    else:
+        inner = torch.ones(len(group), ext_max, ext_max, dtype=torch.bool)
+    inner = inner & in_ext[:, None, :]
+    visible = torch.cat([in_pre[:, None, :].expand(-1, ext_max, -1), inner], dim=2)  # [G, E, P + E]
+    out = _attend(
+        q_extend[q_rows], torch.cat([pk, ek], dim=1), torch.cat([pv, ev], dim=1), visible, sm_scale, logit_cap
+    )
+    o_extend[q_rows[in_ext]] = out[in_ext].to(o_extend.dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------
