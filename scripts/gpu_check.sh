@@ -89,7 +89,8 @@ run_step sampled-law-cuda 150 \
 
 # 3b. HEDGESPEC (8 heads) vs stock EAGLE-3 at Llama-3.1-8B shapes: dummy weights, equal simulated acceptance
 #     (3 tokens per round), bs 1/16/64 x 256 tokens; startup, KV tokens, peak memory, tok/s and round cost ratios
-run_step shapes-llama8b 300 python scripts/shapes_bench.py --shape llama8b --device cuda \
+#     (stock first, then HEDGESPEC; plain decoding and the fused pool are --servers choices left out for time)
+run_step shapes-llama8b 300 python scripts/shapes_bench.py --shape llama8b --device cuda --servers eagle hedgespec \
   --workdir "$LOG_DIR/shapes" --out "$LOG_DIR/shapes_llama8b.json" || true
 cat "$LOG_DIR/shapes_llama8b.md" 2>/dev/null || true
 
