@@ -163,6 +163,19 @@ def test_extend_attention_batches_sequences_of_different_lengths(monkeypatch, bu
         torch.testing.assert_close(o[start : start + ext].double(), ref, atol=1e-5, rtol=1e-5)
 
 
+def test_extend_groups_fit_the_score_budget(monkeypatch):
+    """Sequences (extends 4, 1, 2; prefixes 0, 3, 1; 2 heads) group while padded scores fit the budget: one group
+    under a large budget, each alone under a budget of 1, and [0], [1, 2] under 100 (the first two would need
+    2·2·4·(3+4) = 112 scores, the last two 2·2·2·(3+2) = 40)."""
+    exts, prefixes = [4, 1, 2], [0, 3, 1]
+    monkeypatch.setattr(ck, "SCORE_BUDGET", 1 << 20)
+    assert ck._groups(exts, prefixes, 2) == [(range(0, 3), 4, 3)]
+    monkeypatch.setattr(ck, "SCORE_BUDGET", 1)
+    assert ck._groups(exts, prefixes, 2) == [(range(0, 1), 4, 0), (range(1, 2), 1, 3), (range(2, 3), 2, 1)]
+    monkeypatch.setattr(ck, "SCORE_BUDGET", 100)
+    assert ck._groups(exts, prefixes, 2) == [(range(0, 1), 4, 0), (range(1, 3), 2, 3)]
+
+
 def _capped_reference(q, keys, values, visible, scale, cap):
     tq, heads, _ = q.shape
     out = torch.zeros(tq, heads, values.shape[-1], dtype=torch.float64)

@@ -190,82 +190,66 @@ def extend_attention(
     scores fit :data:`SCORE_BUDGET`.
     """
     _check_plain_attention("extend_attention_cpu", is_cross, sliding_window, sinks)
-    n = int(extend_seq_lens.shape[0])
-    heads = int(q_extend.shape[1])
-    totals, exts = seq_lens.long().tolist(), extend_seq_lens.long().tolist()
-    lo = 0
-    while lo < n:  # consecutive groups of sequences whose padded scores fit the budget
+    ext_all = extend_seq_lens.long()
+    prefix_all = seq_lens.long() - ext_all
+
+    def attend(group: range, ext_max: int, pre_max: int) -> None:
+        """The sequences ``group``, padded to ``pre_max`` prefix and ``ext_max`` new keys (the keys of sequence i:
+        its prefix slots, then its new keys)."""
+        idx = torch.arange(group.start, group.stop)
+        ext, prefix, start = ext_all[idx], prefix_all[idx], extend_start_loc.long()[idx]
+        rows = req_to_token[req_pool_indices.long()[idx]].long()  # [G, pool width]
+        j = torch.arange(ext_max)
+        in_ext = j < ext[:, None]  # [G, E]: real query rows (and real new keys)
+        in_pre = torch.arange(pre_max) < prefix[:, None]  # [G, P]
+        pk = _gather(k_buffer, rows[:, :pre_max], in_pre, key_scale)
+        pv = _gather(v_buffer, rows[:, :pre_max], in_pre, value_scale)
+        q_rows = (start[:, None] + j).masked_fill(~in_ext, 0)  # [G, E] flat query rows (row 0 where padding)
+        if k_extend is not None and v_extend is not None:
+            ek, ev = k_extend[q_rows].float(), v_extend[q_rows].float()
+        else:
+            new_slots = torch.gather(rows, 1, (prefix[:, None] + j).clamp(max=rows.shape[1] - 1))
+            ek = _gather(k_buffer, new_slots, in_ext, key_scale)
+            ev = _gather(v_buffer, new_slots, in_ext, value_scale)
+        inner = _inner_mask(tree_mask, is_causal, group, ext_max, int(ext.min())) & in_ext[:, None, :]
+        visible = torch.cat([in_pre[:, None, :].expand(-1, ext_max, -1), inner], dim=2)  # [G, E, P + E]
+        keys, values = torch.cat([pk, ek], dim=1), torch.cat([pv, ev], dim=1)
+        out = _attend(q_extend[q_rows], keys, values, visible, sm_scale, logit_cap)
+        o_extend[q_rows[in_ext]] = out[in_ext].to(o_extend.dtype)
+
+    for group, ext_max, pre_max in _groups(ext_all.tolist(), prefix_all.tolist(), int(q_extend.shape[1])):
+        attend(group, ext_max, pre_max)
+
+
+def _groups(exts: list[int], prefixes: list[int], heads: int) -> list[tuple[range, int, int]]:
+    """Consecutive groups of sequences whose padded scores (group size × heads × longest extend × (longest prefix +
+    longest extend)) fit :data:`SCORE_BUDGET` (a sequence alone always forms a group): (sequences, longest extend,
+    longest prefix) per group."""
+    out, lo, n = [], 0, len(exts)
+    while lo < n:
         hi, ext_max, pre_max = lo, 0, 0
         while hi < n:
-            e, p = max(ext_max, exts[hi]), max(pre_max, totals[hi] - exts[hi])
+            e, p = max(ext_max, exts[hi]), max(pre_max, prefixes[hi])
             if hi > lo and (hi - lo + 1) * heads * e * (p + e) > SCORE_BUDGET:
                 break
             ext_max, pre_max, hi = e, p, hi + 1
-        _extend_group(
-            range(lo, hi), ext_max, pre_max, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
-            key_scale, value_scale, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
-            sm_scale, logit_cap, tree_mask, is_causal,
-        )  # fmt: skip
+        out.append((range(lo, hi), ext_max, pre_max))
         lo = hi
+    return out
 
 
-def _extend_group(
-    group: range,
-    ext_max: int,
-    pre_max: int,
-    q_extend: torch.Tensor,
-    k_extend: torch.Tensor | None,
-    v_extend: torch.Tensor | None,
-    o_extend: torch.Tensor,
-    k_buffer: torch.Tensor,
-    v_buffer: torch.Tensor,
-    key_scale: float,
-    value_scale: float,
-    req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
-    seq_lens: torch.Tensor,
-    extend_seq_lens: torch.Tensor,
-    extend_start_loc: torch.Tensor,
-    sm_scale: float,
-    logit_cap: float,
-    tree_mask: torch.Tensor | None,
-    is_causal: bool,
-) -> None:
-    """:func:`extend_attention` for the sequences ``group``, padded to ``pre_max`` prefix and ``ext_max`` new
-    keys (the keys of sequence i: its prefix slots, then its new keys)."""
-    idx = torch.arange(group.start, group.stop)
-    ext = extend_seq_lens.long()[idx]
-    prefix = seq_lens.long()[idx] - ext
-    start = extend_start_loc.long()[idx]
-    rows = req_to_token[req_pool_indices.long()[idx]].long()  # [G, pool width]
-    j = torch.arange(ext_max)
-    in_ext = j < ext[:, None]  # [G, E]: real query rows (and real new keys)
-    pre_cols = torch.arange(pre_max)
-    in_pre = pre_cols < prefix[:, None]  # [G, P]
-    pk = _gather(k_buffer, rows[:, :pre_max], in_pre, key_scale)
-    pv = _gather(v_buffer, rows[:, :pre_max], in_pre, value_scale)
-    q_rows = (start[:, None] + j).masked_fill(~in_ext, 0)  # [G, E] flat query rows (row 0 where padding)
-    if k_extend is not None and v_extend is not None:
-        ek, ev = k_extend[q_rows].float(), v_extend[q_rows].float()
-    else:
-        new_slots = torch.gather(rows, 1, (prefix[:, None] + j).clamp(max=rows.shape[1] - 1))
-        ek = _gather(k_buffer, new_slots, in_ext, key_scale)
-        ev = _gather(v_buffer, new_slots, in_ext, value_scale)
+def _inner_mask(tree_mask: torch.Tensor | None, is_causal: bool, group: range, ext: int, shortest: int) -> torch.Tensor:
+    """Which of a sequence's ``ext`` new keys each of its new rows sees, [G, E, E]: the QLEN_ONLY tree mask (every
+    sequence of a tree verify has the same E), causal, or all."""
     if tree_mask is not None:
-        if int(ext.min()) != ext_max:
+        if shortest != ext:
             raise _unsupported("extend_attention_cpu", "a tree mask with different draft lengths per sequence")
-        inner = tree_mask.view(-1)[group.start * ext_max * ext_max : group.stop * ext_max * ext_max]
-        inner = inner.view(len(group), ext_max, ext_max).bool()
-    elif is_causal:
-        inner = (j[None, :] <= j[:, None]).expand(len(group), -1, -1)
-    else:
-        inner = torch.ones(len(group), ext_max, ext_max, dtype=torch.bool)
-    inner = inner & in_ext[:, None, :]
-    visible = torch.cat([in_pre[:, None, :].expand(-1, ext_max, -1), inner], dim=2)  # [G, E, P + E]
-    out = _attend(
-        q_extend[q_rows], torch.cat([pk, ek], dim=1), torch.cat([pv, ev], dim=1), visible, sm_scale, logit_cap
-    )
-    o_extend[q_rows[in_ext]] = out[in_ext].to(o_extend.dtype)
+        inner = tree_mask.view(-1)[group.start * ext * ext : group.stop * ext * ext]
+        return inner.view(len(group), ext, ext).bool()
+    j = torch.arange(ext)
+    if is_causal:
+        return (j[None, :] <= j[:, None]).expand(len(group), -1, -1)
+    return torch.ones(len(group), ext, ext, dtype=torch.bool)
 
 
 # ----------------------------------------------------------------------------------------------------------
