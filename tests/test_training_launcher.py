@@ -36,23 +36,27 @@ def run_train(tmp: Path, *args: str, path: str | None = None) -> subprocess.Comp
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_slurm_launcher_settings_follow_the_budget() -> None:
+@pytest.mark.parametrize("nodes", [None, 2])
+def test_slurm_launcher_settings_follow_the_budget(nodes: int | None) -> None:
     submitit_or_skip()
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     GlobalHydra.instance().clear()
+    extra = [f"train.nodes={nodes}"] if nodes else []
     with initialize_config_dir(str(CONF), version_base="1.3"):
         cfg = compose(
             "train",
-            overrides=["hydra/launcher=slurm", "domain=sql", *PAPER, "hydra.launcher.partition=gpu"],
+            overrides=["hydra/launcher=slurm", "domain=sql", *PAPER, "hydra.launcher.partition=gpu", *extra],
             return_hydra_config=True,
         )
     launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
     assert launcher["_target_"] == SLURM_LAUNCHER
-    assert (launcher["nodes"], launcher["tasks_per_node"], launcher["partition"]) == (1, 1, "gpu")
-    assert OmegaConf.select(cfg, "hydra.launcher.gpus_per_node") == cfg.train.gpus == 8  # one setting, defined once
+    assert (launcher["tasks_per_node"], launcher["partition"]) == (1, "gpu")  # one hedgespec process per node
+    # GPUs per node and nodes per drafter: each one setting, defined once in the budget
+    assert OmegaConf.select(cfg, "hydra.launcher.gpus_per_node") == cfg.train.gpus == 8
+    assert OmegaConf.select(cfg, "hydra.launcher.nodes") == cfg.train.nodes == (nodes or 1)
 
 
 def test_check_launcher() -> None:

@@ -133,9 +133,12 @@ def compose_specforge(
     resume_from: str | None = None,
     tracking: Mapping[str, Any] | None = None,
     chat_template: str | None = None,
+    trainer: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Merge the budget's ``specforge`` block with the per-run fields; returns a plain dict (not validated).
-    ``chat_template`` (:func:`specforge_chat_template`) fills ``data.chat_template`` unless the block sets it."""
+    ``chat_template`` (:func:`specforge_chat_template`) fills ``data.chat_template`` unless the block sets it;
+    ``trainer`` (:meth:`hedgespec.training.nodes.Topology.specforge_trainer`) sets ``deployment.trainer``'s
+    node count and rendezvous."""
     check_budget_block(block)
     raw: dict[str, Any] = copy.deepcopy(dict(block))
     if chat_template is not None:
@@ -153,6 +156,8 @@ def compose_specforge(
         training["resume_from"] = resume_from
     if tracking:
         raw.setdefault("tracking", {}).update(tracking)
+    if trainer:
+        raw.setdefault("deployment", {}).setdefault("trainer", {}).update(trainer)
     raw["output_dir"] = output_dir
     raw["run_id"] = run_id
     return raw

@@ -23,6 +23,9 @@ picks up where it stopped:
 6. :func:`stage_register`: the drafter entry in ``<pools>/<pool>.yaml`` (``hedgespec.pools``), with the
    ``weights_hash`` of the export; an interrupted and resumed run registers the entry of an uninterrupted one.
 
+On several nodes (``train.nodes > 1``) node 0 runs these stages and hands ``run.yaml`` to the other nodes, which
+load nothing and only join SpecForge's training (:func:`follow`, :mod:`hedgespec.training.nodes`).
+
 Progress: tqdm bars for feature generation and training; SpecForge's metrics go to
 ``<run>/metrics.jsonl`` and, with ``logger=wandb``, to an offline W&B run under ``<run>/wandb``.
 """
@@ -75,6 +78,16 @@ from hedgespec.training.features import (
     tokenize_conversation,
 )
 from hedgespec.training.hashing import file_hash, json_hash
+from hedgespec.training.nodes import (
+    Topology,
+    announce,
+    await_leader,
+    check_nodes,
+    check_visible,
+    handoff_path,
+    resolve_topology,
+    specforge_launches,
+)
 from hedgespec.training.progress import MetricTee, capture_fd_stdout, summarize
 from hedgespec.training.vocab import VocabMapping, build_vocab_mapping, shared_vocab_mapping
 from hedgespec.training.warmstart import SCRATCH, TARGET_HEAD, build_warm_start, target_head_and_norm
@@ -141,6 +154,7 @@ class TrainRun:
     tracking: dict[str, Any]  # SpecForge's tracking section
     init_source: Path | None  # the exported drafter that train.draft.init=<drafter> starts from
     t_start: float
+    topology: Topology = field(default_factory=Topology)  # train.nodes > 1: this node's rank and rendezvous
     timings: dict[str, float] = field(default_factory=dict)
     # stage_data
     model: Any = None  # the loaded target; released before SpecForge trains
@@ -199,17 +213,60 @@ class TrainRun:
 
 
 def train_drafter(cfg: Any) -> TrainResult:
-    """Run every stage for ``cfg`` (a composed ``conf/train.yaml``; DictConfig or dict)."""
+    """Run every stage for ``cfg`` (a composed ``conf/train.yaml``; DictConfig or dict).
+
+    With ``train.nodes > 1`` node 0 runs the stages and the other nodes only join SpecForge's training
+    (:func:`follow`; :mod:`hedgespec.training.nodes`)."""
     run = setup(cfg)
     if bool(run.train.get("plan_only", False)):
         return plan_only(run)
-    stage_data(run)
-    stage_features(run)
-    stage_train(run)
-    stage_export(run)
-    stage_register(run)
+    if not run.topology.leader:
+        return follow(run)
+    with _leading(run):
+        stage_data(run)
+        stage_features(run)
+        stage_train(run)
+        stage_export(run)
+        stage_register(run)
     run.timings["total"] = time.perf_counter() - run.t_start
     return run.result()
+
+
+@contextlib.contextmanager
+def _leading(run: TrainRun) -> Iterator[None]:
+    """Node 0 of several: a stage that fails tells the waiting nodes why (they stop instead of waiting)."""
+    try:
+        yield
+    except BaseException as e:
+        announce(run.run_dir, run.topology, "failed", error=f"{type(e).__name__}: {e}")
+        raise
+
+
+def follow(run: TrainRun) -> TrainResult:
+    """Node > 0 of a multi-node run: load nothing, wait for node 0's hand-off, then run SpecForge's torchrun with
+    this node's rank against node 0's ``run.yaml`` (node 0 exports and registers)."""
+    topo = run.topology
+    with _timed(run, "wait"):
+        record = await_leader(run.run_dir, topo)
+    stages: dict[str, Any] = {"node_rank": topo.node_rank, "handoff": str(handoff_path(run.run_dir, topo))}
+    if record["status"] == "train":
+        run_yaml = Path(record["run_yaml"])
+        check_visible(run_yaml, topo)
+        with _timed(run, "train"):
+            _run_specforge_train(
+                run_yaml,
+                run.run_dir,
+                run.device,
+                None,
+                0,
+                run.progress,
+                int(run.train.get("gpus") or 1),
+                node_rank=topo.node_rank,
+                topology=topo,
+            )
+        stages["trained"] = str(run_yaml)
+    run.timings["total"] = time.perf_counter() - run.t_start
+    return TrainResult(run.drafter, run.domain, run.pool, run.run_dir, None, None, None, {}, stages, run.timings)
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
@@ -548,6 +605,7 @@ def setup(cfg: Any) -> TrainRun:
     tracking = tracking_block(cfg.get("logger"), run_dir, f"{pool}-{drafter}")
     check_gpus(train)  # before SpecForge's validation, which would name its own nproc_per_node instead
     check_dtype_fits_gpus(train)
+    topology = resolve_topology(train, planning=bool(train.get("plan_only")))
     validate_early(block, tracking)
     device = str(train.get("device", "cpu"))
     if device == "cpu":
@@ -561,7 +619,19 @@ def setup(cfg: Any) -> TrainRun:
     _own_or_absent(export_dir, EXPORT_MARKER, "export directory")
     init_source = _init_source(train, pools_dir, pool, drafter)
     return TrainRun(
-        cfg, domain, tspec, pool, drafter, run_dir, export_dir, pools_dir, device, tracking, init_source, t_start
+        cfg,
+        domain,
+        tspec,
+        pool,
+        drafter,
+        run_dir,
+        export_dir,
+        pools_dir,
+        device,
+        tracking,
+        init_source,
+        t_start,
+        topology,
     )
 
 
@@ -569,22 +639,26 @@ def check_dtype_fits_gpus(train: Mapping[str, Any]) -> None:
     """Only one in-process SpecForge run gets the target head in a dtype other than bfloat16
     (:func:`hedgespec.training._specforge.target_head_dtype`); its torchrun workers would fail at the first step."""
     dtype = train["features"]["dtype"]
-    if int(train.get("gpus") or 1) > 1 and dtype != "bfloat16":
+    gpus, nodes = int(train.get("gpus") or 1), check_nodes(train)
+    if (gpus > 1 or nodes != 1) and dtype != "bfloat16":
         raise ValueError(
-            f"train.dtype={dtype} with train.gpus={train['gpus']}: SpecForge's torchrun workers load the target "
-            "head in bfloat16 only; set train.dtype=bfloat16 (or auto) or train.gpus=1"
+            f"train.dtype={dtype} with train.gpus={gpus}"
+            + (f" on train.nodes={nodes}" if nodes > 1 else "")
+            + ": SpecForge's torchrun workers load the target head in bfloat16 only; set train.dtype=bfloat16 "
+            "(or auto), or train in one process"
         )
 
 
 def check_gpus(train: Mapping[str, Any]) -> None:
     """``train.gpus`` is a count SpecForge's torchrun can use: an int >= 1, more than one only on CUDA, and no
     more than the visible CUDA devices (a plan, which loads nothing, may be made on a machine without them)."""
-    gpus, device = train.get("gpus", 1), str(train.get("device", "cpu"))
+    gpus, device, nodes = train.get("gpus", 1), str(train.get("device", "cpu")), check_nodes(train)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"train.gpus={gpus!r} must be an int >= 1")
     if not device.startswith("cuda"):
-        if gpus > 1:
-            raise ValueError(f"train.gpus={gpus} needs train.device=cuda (a {device} run is one process)")
+        if gpus > 1 or nodes != 1:
+            what = f"train.gpus={gpus}" if gpus > 1 else f"train.nodes={nodes}"
+            raise ValueError(f"{what} needs train.device=cuda (a {device} run is one process)")
         return
     if train.get("plan_only"):
         return
@@ -624,20 +698,29 @@ def plan_only(run: TrainRun) -> TrainResult:
         run_id=run.run_id,
         tracking=run.tracking,
         chat_template=specforge_chat_template(run.target),
+        trainer=run.topology.specforge_trainer(),
     )
     sf_cfg = validate_specforge(raw)
-    gpus = int(train.get("gpus") or 1)
+    topo, run_yaml = run.topology, run.run_dir / "run.yaml"
     plan = {
         "plan_only": True,
         "aux_layer_ids": aux,
         "commands": [
-            f"specforge train --config {run.run_dir / 'run.yaml'}"
-            + (f"   # SpecForge starts torchrun --nproc_per_node {gpus}" if gpus > 1 else ""),
+            f"specforge train --config {run_yaml}" + (" --node-rank <node rank>" if topo.multi else ""),
             f"specforge export --to sglang <final checkpoint under {run.ckpt_root}> -> {run.export_dir}",
         ],
+        # what SpecForge's launch planner starts on each node (one process, world size 1: in this process)
+        "specforge_launch": specforge_launches(sf_cfg, str(run_yaml), topo),
         "manifest": str(pool_path(run.pools_dir, run.pool)),
         "export_dir": str(run.export_dir),
     }
+    if topo.multi:
+        plan["nodes"] = {
+            "node 0": "data, features (the target is loaded, then released), train, export, register",
+            ("node 1" if topo.nodes == 2 else f"nodes 1-{topo.nodes - 1}"): "train only, after node 0's hand-off "
+            f"{handoff_path(run.run_dir, topo)} (nothing loaded before)",
+        }
+        plan["rendezvous"] = {"master_addr": topo.master_addr, "master_port": topo.master_port}
     return TrainResult(
         run.drafter, run.domain, run.pool, run.run_dir, None, None, None, {}, plan, {}, sf_cfg.model_dump(mode="json")
     )
@@ -688,6 +771,7 @@ LATE_KEY_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("thinking",): None,
     ("train", "draft", "vocab"): "own",
     ("train", "features", "supervise"): "assistant",
+    ("train", "nodes"): 1,
 }
 
 
@@ -707,9 +791,10 @@ def _without_late_defaults(key: dict[str, Any]) -> dict[str, Any]:
 def _keyed_train(train: Mapping[str, Any]) -> dict[str, Any]:
     """The training settings that define what is trained (the run key's ``train`` part).
 
-    plan_only/overwrite change what is done, not what is trained; the data source is in the data hash.
+    plan_only/overwrite change what is done, not what is trained; the data source is in the data hash; the
+    rendezvous says where the nodes meet, which differs from one job to the next.
     """
-    return {k: v for k, v in train.items() if k not in ("plan_only", "overwrite", "source")}
+    return {k: v for k, v in train.items() if k not in ("plan_only", "overwrite", "source", "rendezvous")}
 
 
 def check_budget_fits(cfg: Mapping[str, Any], domain: str, data_path: Path, tokenizer: Any) -> None:
@@ -833,10 +918,12 @@ def stage_train(run: TrainRun) -> None:
     with _timed(run, "train"):
         if done and run.latest and (max_steps is None or run.latest[1] >= max_steps):
             run.final_step, run.metrics = run.latest[1], done.get("metrics", {})
+            announce(run.run_dir, run.topology, "done")
             return
         run.state.clear("train", "export", "register")
         if run.latest is not None:  # SpecForge resumes from it: refuse a damaged one by name
             check_training_state(run.latest[0])
+        announce(run.run_dir, run.topology, "train", run_yaml=str(run_yaml), key=run.key)
         _, run.metrics = _run_specforge_train(
             run_yaml,
             run.run_dir,
@@ -846,6 +933,7 @@ def stage_train(run: TrainRun) -> None:
             run.progress,
             int(run.train.get("gpus") or 1),
             run.specforge.model.torch_dtype,
+            topology=run.topology,
         )
         run.latest = latest_checkpoint(run.ckpt_root, run.run_id)
         if run.latest is None:
@@ -913,6 +1001,7 @@ def _write_run_yaml(run: TrainRun) -> Path:
         resume_from=str(run.latest[0]) if run.latest else None,
         tracking=run.tracking,
         chat_template=specforge_chat_template(run.target),
+        trainer=run.topology.specforge_trainer(),
     )
     raw.setdefault("data", {}).setdefault("cache_dir", str(run.run_dir / "specforge_cache"))
     if run.warm_start is not None and run.latest is None:  # weights-only start of the first segment only
@@ -932,18 +1021,24 @@ def _run_specforge_train(
     progress: bool,
     gpus: int = 1,
     dtype: str = "bfloat16",
+    node_rank: int = 0,
+    topology: Topology | None = None,
 ) -> tuple[int | None, dict[str, Any]]:
     """``specforge train --config run.yaml`` in this process (CPU adaptations and the target head's ``dtype``
-    scoped to the call)."""
+    scoped to the call); on several nodes with ``--node-rank``, node ``node_rank``'s metrics in its own file."""
     dist_env = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
     preset = {k: os.environ[k] for k in dist_env if k in os.environ}
-    tee = MetricTee(sys.stdout, run_dir / "metrics.jsonl", max_steps, initial, progress)
+    multi = topology is not None and topology.multi
+    metrics = run_dir / ("metrics.jsonl" if node_rank == 0 else f"nodes/metrics.node{node_rank}.jsonl")
+    metrics.parent.mkdir(parents=True, exist_ok=True)
+    tee = MetricTee(sys.stdout, metrics, max_steps, initial, progress)
     runtime: Any = cpu_runtime() if device == "cpu" else contextlib.nullcontext()
-    # gpus > 1: SpecForge's torchrun workers print the metric lines on the inherited descriptor 1
-    children = capture_fd_stdout(tee) if gpus > 1 else contextlib.nullcontext()
+    # gpus > 1 or several nodes: SpecForge's torchrun workers print the metric lines on the inherited descriptor 1
+    children = capture_fd_stdout(tee) if gpus > 1 or multi else contextlib.nullcontext()
+    argv = ["train", "--config", str(run_yaml)] + (["--node-rank", str(node_rank)] if multi else [])
     try:
         with runtime, target_head_dtype(dtype), children, contextlib.redirect_stdout(tee):
-            rc = specforge_cli_main(["train", "--config", str(run_yaml)])
+            rc = specforge_cli_main(argv)
     finally:
         tee.close()
         for k in dist_env:  # SpecForge bootstraps a one-rank env:// rendezvous; do not leak it to the next run
@@ -979,7 +1074,11 @@ def _recorded_config(sf: dict[str, Any]) -> dict[str, Any]:
     the last invocation picked up, so an interrupted and resumed run registers the entry of an uninterrupted one."""
     training = dict(sf.get("training") or {})
     training["resume_from"] = None
-    return {**sf, "training": training}
+    out = {**sf, "training": training}
+    trainer = ((sf.get("deployment") or {}).get("trainer")) or {}
+    if trainer.get("master_addr"):  # which host the nodes met at is not what was trained
+        out["deployment"] = {**sf["deployment"], "trainer": {**trainer, "master_addr": None}}
+    return out
 
 
 def stage_register(run: TrainRun) -> None:
