@@ -198,3 +198,35 @@ def test_train_run_with_the_deepspeed_backend_registers_a_drafter(tmp_path: Path
     assert res.final_step == 6 and res.manifest is not None and res.manifest.is_file()
     feats = json.loads(next((tmp_path / "cache").rglob("features.json")).read_text())
     assert feats["backend"] == "deepspeed-zero3"
+
+
+@pytest.mark.slow
+def test_deepspeed_run_of_an_hf_target_loads_only_its_head_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the DeepSpeed backend the training process never loads the whole target (its forward passes run in the
+    ZeRO-3 child): ``load_target`` refuses here, and the run still trains and registers a drafter whose target
+    hash is the checkpoint's."""
+    deepspeed_or_skip()
+    specforge_or_skip()
+    import hedgespec.models
+    from hedgespec.pools import load_pool
+    from hedgespec.training.pipeline import train_drafter
+
+    model, tok = hedgespec.models.load_target({"name": "tiny", "kind": "tiny", "arch": {"num_hidden_layers": 4}})
+    target = tmp_path / "target"
+    model.save_pretrained(target, safe_serialization=True)
+    tok.save_pretrained(target)
+    full_hash = hedgespec.models.target_fingerprint(
+        hedgespec.models.load_target({"name": "t", "kind": "hf", "hf_id": str(target), "dtype": "float32"})[0]
+    )
+
+    def refuse(*a, **k):
+        raise AssertionError("the training process loaded the whole target")
+
+    monkeypatch.setattr(hedgespec.models, "load_target", refuse)
+    over = ["target.kind=hf", f"+target.hf_id={target}", "target.dtype=float32", "++train.features.backend=deepspeed"]
+    res = train_drafter(compose_train(tmp_path, *tiny_overrides(*over)))
+    assert res.final_step == 6 and res.manifest is not None
+    pool = load_pool(res.manifest)
+    assert pool.target.hash == full_hash

@@ -8,7 +8,7 @@ Config: ``conf/target/<name>.yaml`` (:class:`TargetSpec`).
 
 from .fingerprint import state_dict_fingerprint, target_fingerprint, tokenizer_fingerprint
 from .paths import cache_dir, sources_dir
-from .registry import load_target, load_tokenizer
+from .registry import load_target, load_target_head, load_tokenizer
 from .spec import BUILTIN_TARGETS, TargetSpec, TinyArch, resolve_target
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "TinyArch",
     "cache_dir",
     "load_target",
+    "load_target_head",
     "load_tokenizer",
     "resolve_target",
     "sources_dir",

@@ -729,10 +729,20 @@ def plan_only(run: TrainRun) -> TrainResult:
 # -- stage 2: target + data + run directory -----------------------------------------------------------------
 
 
+def _head_only(run: TrainRun) -> bool:
+    """This process needs only the target's head (:func:`hedgespec.models.load_target_head`): its features come
+    from the DeepSpeed child, and it regenerates no answers with transformers itself."""
+    data = run.cfg.get("data") or {}
+    regen = (run.train.get("regenerate") or {}) if data.get("regenerated") and not data.get("path") else {}
+    regen_here = bool(regen.get("max_examples")) and str(regen.get("backend") or "transformers") != "sglang"
+    return check_features_backend(run.train.get("features")) == "deepspeed" and not regen_here
+
+
 def stage_data(run: TrainRun) -> None:
     """Load the target, resolve (or build/regenerate) the data, derive the run key and claim the run directory."""
     with _timed(run, "load"):
-        run.model, run.tokenizer = hedgespec.models.load_target(resolve_target(target_config(run.cfg)))
+        load = hedgespec.models.load_target_head if _head_only(run) else hedgespec.models.load_target
+        run.model, run.tokenizer = load(resolve_target(target_config(run.cfg)))
         run.target_info = TargetInfo.from_model(run.target.name, run.model, run.tokenizer)
     with _timed(run, "data"):
         run.data_path, run.data_hash = resolve_data(run.cfg, run.domain, loaded=(run.model, run.tokenizer))
