@@ -166,3 +166,29 @@ def test_wandb_offline_logging(tmp_path: Path) -> None:
     runs = list((tmp_path / "outputs" / "tiny" / "sql" / "wandb").rglob("offline-run-*"))
     assert runs, "no offline W&B run written"
     assert any(p.suffix == ".wandb" for r in runs for p in r.iterdir())
+
+
+def test_the_target_is_freed_before_specforge_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No reference to the loaded target survives into training (then the CUDA cache it used can be handed back
+    to SpecForge's torchrun workers): a weak reference to it is dead when ``specforge train`` starts."""
+    import weakref
+
+    import hedgespec.models
+    import hedgespec.training.pipeline as pipeline
+
+    refs: list[weakref.ref] = []
+    real_load, real_main = hedgespec.models.load_target, pipeline.specforge_cli_main
+
+    def load(*a, **k):
+        model, tok = real_load(*a, **k)
+        refs.append(weakref.ref(model))
+        return model, tok
+
+    def main(argv):
+        assert refs and refs[0]() is None, "the target is still alive when SpecForge starts training"
+        return real_main(argv)
+
+    monkeypatch.setattr(hedgespec.models, "load_target", load)
+    monkeypatch.setattr(pipeline, "specforge_cli_main", main)
+    res = train_drafter(compose_train(tmp_path, *tiny_overrides("train.draft.init=target_head")))
+    assert res.final_step == 6

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
 import os
 import re
@@ -974,7 +975,16 @@ def _train_inputs(run: TrainRun) -> None:
     )
     run.draft_config_path = _write_json(dcfg, run.run_dir / "draft_config.json")
     run.warm_start = _warm_start(run)
-    run.model = None  # free the target before training (SpecForge only reads the head files)
+    _release_target(run)
+
+
+def _release_target(run: TrainRun) -> None:
+    """Free the target before training (SpecForge only reads the head files): drop the last reference, collect,
+    and hand the CUDA caching allocator's blocks back, so SpecForge's torchrun workers get the whole GPU."""
+    run.model = None
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def _warm_start(run: TrainRun) -> Path | None:
