@@ -226,6 +226,7 @@ def test_node_0s_failing_stage_stops_node_1(tmp_path: Path, monkeypatch: pytest.
         raise RuntimeError("CUDA out of memory while loading the target")
 
     monkeypatch.setattr(hedgespec.models, "load_target", no_gpu)
+    monkeypatch.setattr(hedgespec.models, "load_target_head", no_gpu)  # train.features.shards follows train.gpus
     with pytest.raises(RuntimeError, match="out of memory"):
         train_drafter(_gpu_node(tmp_path, monkeypatch, 0))
     run_dir = tmp_path / "outputs" / "tiny" / "sql"

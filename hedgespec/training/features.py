@@ -193,24 +193,44 @@ def generate_features(
                 raise ValueError(
                     f"{data_path}: no conversation has a supervised assistant token within max_length={max_length}"
                 )
-            manifest = {
-                "format": "specforge-offline-eagle3",
-                "version": FEATURE_FORMAT_VERSION,
-                "key": key,
-                "target_hash": target_hash,
-                "data_path": str(data_path),
-                "aux_layer_ids": list(aux_layer_ids),
-                "max_length": max_length,
-                "dtype": dtype,
-                "num_samples": n_written,
-                "num_tokens": n_tokens,
-                "num_loss_tokens": n_loss,
-                "supervise": supervise,
-            }
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+            write_manifest(
+                tmp, key, target_hash, data_path, aux_layer_ids, max_length, dtype, (n_written, n_tokens, n_loss),
+                supervise,
+            )  # fmt: skip
     finally:
         model.train(was_training)
     return FeatureSet(out, key, n_written, n_tokens, n_loss, reused=False)
+
+
+def write_manifest(
+    out: Path,
+    key: str,
+    target_hash: str,
+    data_path: str | Path,
+    aux_layer_ids: Sequence[int],
+    max_length: int,
+    dtype: str,
+    counts: tuple[int, int, int],
+    supervise: str,
+    **extra: Any,
+) -> None:
+    """``out/features.json``: what the records are and how many (``counts``: samples, tokens, loss tokens)."""
+    manifest = {
+        "format": "specforge-offline-eagle3",
+        "version": FEATURE_FORMAT_VERSION,
+        "key": key,
+        "target_hash": target_hash,
+        "data_path": str(data_path),
+        "aux_layer_ids": list(aux_layer_ids),
+        "max_length": max_length,
+        "dtype": dtype,
+        "num_samples": counts[0],
+        "num_tokens": counts[1],
+        "num_loss_tokens": counts[2],
+        "supervise": supervise,
+        **extra,
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 
 def _write_records(
@@ -225,27 +245,48 @@ def _write_records(
     supervise: str = "assistant",
 ) -> tuple[int, int, int]:
     """One ``rows_{g}-{g+N}/data_{i}.ckpt`` per supervised conversation; returns (written, tokens, loss tokens)."""
-    backbone = model.get_decoder() if hasattr(model, "get_decoder") else model
     n_tokens = n_loss = n_written = 0
     for row in tqdm(rows, desc="target features", unit="conv", disable=not progress):
-        input_ids, loss_mask = tokenize_conversation(tokenizer, row["conversations"], max_length, supervise)
-        if int(loss_mask.sum()) == 0:
+        record = feature_record(model, tokenizer, row, aux_layer_ids, max_length, torch_dtype, supervise)
+        if record is None:
             continue  # nothing supervised (e.g. the assistant turn was truncated away)
-        # the decoder stack only: the lm_head (~20% of a small target's FLOPs) is not needed here
-        outputs = backbone(input_ids=input_ids[None].to(model.device), output_hidden_states=True)
-        hs = outputs.hidden_states
-        aux = torch.cat([hs[j + 1] for j in aux_layer_ids], dim=-1)
-        group = (n_written // ROWS_PER_DIR) * ROWS_PER_DIR
-        d = out / f"rows_{group}-{group + ROWS_PER_DIR}"
-        d.mkdir(exist_ok=True)
-        record = {
-            "input_ids": input_ids.cpu(),
-            "loss_mask": loss_mask.cpu(),
-            "hidden_state": hs[-1].to(torch_dtype).cpu().contiguous(),
-            "aux_hidden_state": aux.to(torch_dtype).cpu().contiguous(),
-        }
-        torch.save(record, d / f"data_{n_written}.ckpt")
+        torch.save(record, record_path(out, n_written))
         n_written += 1
-        n_tokens += int(input_ids.numel())
-        n_loss += int(loss_mask.sum())
+        n_tokens += int(record["input_ids"].numel())
+        n_loss += int(record["loss_mask"].sum())
     return n_written, n_tokens, n_loss
+
+
+def record_path(out: Path, index: int) -> Path:
+    """``out/rows_{g}-{g+N}/data_{index}.ckpt`` (its directory made), the file of the ``index``-th record."""
+    group = (index // ROWS_PER_DIR) * ROWS_PER_DIR
+    d = out / f"rows_{group}-{group + ROWS_PER_DIR}"
+    d.mkdir(exist_ok=True)
+    return d / f"data_{index}.ckpt"
+
+
+@torch.inference_mode()
+def feature_record(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    row: dict[str, Any],
+    aux_layer_ids: Sequence[int],
+    max_length: int,
+    torch_dtype: torch.dtype,
+    supervise: str = "assistant",
+) -> dict[str, torch.Tensor] | None:
+    """One conversation's record (CPU tensors), or None when no token of it is supervised."""
+    input_ids, loss_mask = tokenize_conversation(tokenizer, row["conversations"], max_length, supervise)
+    if int(loss_mask.sum()) == 0:
+        return None
+    # the decoder stack only: the lm_head (~20% of a small target's FLOPs) is not needed here
+    backbone = model.get_decoder() if hasattr(model, "get_decoder") else model
+    outputs = backbone(input_ids=input_ids[None].to(model.device), output_hidden_states=True)
+    hs = outputs.hidden_states
+    aux = torch.cat([hs[j + 1] for j in aux_layer_ids], dim=-1)
+    return {
+        "input_ids": input_ids.cpu(),
+        "loss_mask": loss_mask.cpu(),
+        "hidden_state": hs[-1].to(torch_dtype).cpu().contiguous(),
+        "aux_hidden_state": aux.to(torch_dtype).cpu().contiguous(),
+    }

@@ -60,6 +60,7 @@ from hedgespec.models import TargetSpec, cache_dir, resolve_target
 from hedgespec.pools import DrafterEntry, TargetInfo, pool_path, register_drafter, weights_hash
 from hedgespec.training._specforge import require_specforge, specforge_cli_main, target_head_dtype
 from hedgespec.training.capture_deepspeed import capture_features_deepspeed, check_features_backend, target_model_dir
+from hedgespec.training.capture_sharded import capture_features_sharded, check_shards
 from hedgespec.training.config import (
     compose_specforge,
     draft_config_dict,
@@ -612,6 +613,7 @@ def setup(cfg: Any) -> TrainRun:
     if device == "cpu":
         check_cpu_config(block)
     check_features_backend(train.get("features"))  # before anything is loaded: backend name, offload, install
+    check_capture_shards(train, tspec)
     check_supervise((train.get("features") or {}).get("supervise", "assistant"))
     regen_window(cfg)  # a fit_window that is not a bool is named here, before the target loads
     if not train.get("plan_only"):
@@ -634,6 +636,19 @@ def setup(cfg: Any) -> TrainRun:
         t_start,
         topology,
     )
+
+
+def check_capture_shards(train: Mapping[str, Any], target: TargetSpec) -> None:
+    """``train.features.shards``: an int >= 1, at most the visible GPUs (not checked for a plan), and only for the
+    transformers capture (the DeepSpeed capture is one process)."""
+    feats = train.get("features") or {}
+    shards = feats.get("shards", 1)
+    check_shards(shards, "cpu" if train.get("plan_only") else target.device)
+    if shards > 1 and check_features_backend(feats) != "transformers":
+        raise ValueError(
+            f"train.features.shards={shards} shards the transformers capture; the {feats.get('backend')} capture "
+            "runs as one process: set train.features.shards=1"
+        )
 
 
 def check_dtype_fits_gpus(train: Mapping[str, Any]) -> None:
@@ -717,7 +732,7 @@ def plan_only(run: TrainRun) -> TrainResult:
     }
     if topo.multi:
         plan["nodes"] = {
-            "node 0": "data, features (the target is loaded, then released), train, export, register",
+            "node 0": "data, features (train.features.shards processes), train, export, register",
             ("node 1" if topo.nodes == 2 else f"nodes 1-{topo.nodes - 1}"): "train only, after node 0's hand-off "
             f"{handoff_path(run.run_dir, topo)} (nothing loaded before)",
         }
@@ -736,7 +751,13 @@ def _head_only(run: TrainRun) -> bool:
     data = run.cfg.get("data") or {}
     regen = (run.train.get("regenerate") or {}) if data.get("regenerated") and not data.get("path") else {}
     regen_here = bool(regen.get("max_examples")) and str(regen.get("backend") or "transformers") != "sglang"
-    return check_features_backend(run.train.get("features")) == "deepspeed" and not regen_here
+    in_child = check_features_backend(run.train.get("features")) == "deepspeed" or _shards(run) > 1
+    return in_child and not regen_here
+
+
+def _shards(run: TrainRun) -> int:
+    """``train.features.shards`` (default 1): processes the transformers capture runs in, one GPU each."""
+    return int((run.train.get("features") or {}).get("shards", 1))
 
 
 def stage_data(run: TrainRun) -> None:
@@ -805,7 +826,10 @@ def _keyed_train(train: Mapping[str, Any]) -> dict[str, Any]:
     plan_only/overwrite change what is done, not what is trained; the data source is in the data hash; the
     rendezvous says where the nodes meet, which differs from one job to the next.
     """
-    return {k: v for k, v in train.items() if k not in ("plan_only", "overwrite", "source", "rendezvous")}
+    keyed = {k: v for k, v in train.items() if k not in ("plan_only", "overwrite", "source", "rendezvous")}
+    if "shards" in (keyed.get("features") or {}):  # a sharded capture writes the single-process files
+        keyed["features"] = {k: v for k, v in keyed["features"].items() if k != "shards"}
+    return keyed
 
 
 def check_budget_fits(cfg: Mapping[str, Any], domain: str, data_path: Path, tokenizer: Any) -> None:
@@ -892,6 +916,11 @@ def stage_features(run: TrainRun) -> None:
                 nvme_path=ds.get("nvme_path"),
                 thinking=run.target.thinking,
                 **common,
+            )
+        elif _shards(run) > 1:  # one child process per GPU, each with its share of the conversations
+            target = resolve_target(target_config(run.cfg))
+            fs = run.features = capture_features_sharded(
+                target, run.data_path, root, shards=_shards(run), fingerprint=run.target_info.hash, **common
             )
         else:
             fs = run.features = generate_features(run.model, run.tokenizer, run.data_path, root, **common)
