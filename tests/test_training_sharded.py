@@ -69,7 +69,8 @@ def test_a_second_call_reuses_without_starting_shards(both: dict, monkeypatch: p
 
 
 def test_a_shard_with_another_target_fails_and_leaves_no_cache(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match=r"(?s)shard \d of 2 failed.*loaded a target with hash sha256:\w+; the training"):
+    message = r"(?s)shard \d of 2 failed.*loaded a target with hash sha256:\w+; the training"
+    with pytest.raises(RuntimeError, match=message):
         capture_features_sharded(
             TINY4, CONVERSATIONS, tmp_path, shards=2, target_hash="k", fingerprint="sha256:other", **KW
         )
