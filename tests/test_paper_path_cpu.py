@@ -90,6 +90,7 @@ def test_hf_data_regeneration_training_and_serving(target_dir: Path, tmp_path: P
         "train=tiny", f"train.pool={NAME}", "source=hf", f"data_dir={tmp_path / 'data'}", "data.regenerated=true",
         f"paths.pools={tmp_path / 'pools'}", f"paths.outputs={tmp_path / 'outputs'}",
         f"paths.cache={tmp_path / 'cache'}", "progress=false",
+        "++train.features.shards=2",  # as train=paper's one capture process per GPU; the parent loads the head only
     ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
