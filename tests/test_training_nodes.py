@@ -84,6 +84,8 @@ def test_torchrun_variables_outside_slurm() -> None:
         ({"nodes": 2, "rendezvous": {"bogus": 1}}, SLURM_NODE1, r"unknown keys \['bogus'\]"),
         ({"nodes": 2, "rendezvous": {"launch_id": "a/b"}}, SLURM_NODE1, r"launch_id='a/b'"),
         ({"nodes": 2, "rendezvous": {"master_port": 70000}}, SLURM_NODE1, r"master_port=70000 must be at most"),
+        ({"nodes": 2, "rendezvous": {"stale_s": 0}}, SLURM_NODE1, r"stale_s=0 must be a number of seconds > 0"),
+        ({"rendezvous": {"wait_s": "1h"}}, {}, r"wait_s='1h' must be a number of seconds"),
     ],
 )
 def test_bad_topologies_name_the_setting(train: dict, env: dict, message: str) -> None:
@@ -301,3 +303,64 @@ def test_node_1_is_done_when_node_0_finds_the_run_trained(
     announce(run_dir, _node(0, launch="job-7"), "done")
     res = train_drafter(_gpu_node(tmp_path, monkeypatch, 1))
     assert "trained" not in res.stages and res.manifest is None
+
+
+def test_node_0s_heartbeat_counts_up_while_it_works(tmp_path: Path) -> None:
+    from hedgespec.training.nodes import Heartbeat, beat_path
+
+    with Heartbeat(tmp_path, _node(0), period_s=0.02):
+        time.sleep(0.2)
+        first = json.loads(beat_path(tmp_path, _node(0)).read_text())["beat"]
+        time.sleep(0.2)
+        second = json.loads(beat_path(tmp_path, _node(0)).read_text())["beat"]
+    assert second > first >= 2
+    with Heartbeat(tmp_path / "one", Topology(), period_s=0.02):  # one node: nothing to tell anyone
+        time.sleep(0.05)
+    assert not (tmp_path / "one").exists()
+
+
+def test_a_heartbeat_that_stands_still_ends_the_wait(tmp_path: Path) -> None:
+    """Node 0 killed before its hand-off (no ``failed`` record possible): its counter stops, and the waiting node
+    gives up after ``stale_s`` rather than ``wait_s``; a counter that moves keeps it waiting."""
+    from hedgespec.io import write_json_atomic
+    from hedgespec.training.nodes import beat_path
+
+    node1 = Topology(2, 1, "h", 29500, "job-1", wait_s=86400.0, stale_s=600.0)
+    beat = beat_path(tmp_path, node1)
+    beat.parent.mkdir(parents=True)
+    write_json_atomic({"beat": 7}, beat)
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    with pytest.raises(RuntimeError, match=r"heartbeat .*stood still for 600 s before its hand-off: node 0 stopped"):
+        await_leader(tmp_path, node1, poll_s=30.0, clock=lambda: now[0], sleep=sleep)
+    assert now[0] == 600.0
+
+    now[0] = 0.0
+    count = iter(range(8, 10_000))
+
+    def beating(s: float) -> None:  # node 0 alive: a new count every poll, its hand-off after an hour
+        now[0] += s
+        write_json_atomic({"beat": next(count)}, beat)
+        if now[0] >= 3600:
+            announce(tmp_path, _node(0), "done")
+
+    assert await_leader(tmp_path, node1, poll_s=30.0, clock=lambda: now[0], sleep=beating)["status"] == "done"
+
+
+def test_a_waiting_node_accepts_a_run_directory_holding_only_the_heartbeat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_target_loading: None
+) -> None:
+    """Node 0 beats from its first moment, before it claims the run directory: node 1's check for foreign
+    content must not refuse that directory."""
+    specforge_or_skip()
+    from hedgespec.training import train_drafter
+    from hedgespec.training.nodes import beat_path
+
+    run_dir = tmp_path / "outputs" / "tiny" / "sql"
+    beat_path(run_dir, _node(0, launch="job-7")).parent.mkdir(parents=True)
+    beat_path(run_dir, _node(0, launch="job-7")).write_text('{"beat": 1}')
+    announce(run_dir, _node(0, launch="job-7"), "done")
+    assert "trained" not in train_drafter(_gpu_node(tmp_path, monkeypatch, 1)).stages

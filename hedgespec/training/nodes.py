@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shlex
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from hedgespec.io import write_json_atomic
 
 DEFAULT_PORT = 29500
 DEFAULT_WAIT_S = 86400.0
+DEFAULT_STALE_S = 600.0  # node 0's heartbeat unchanged this long: it is gone (killed, out of memory)
+BEAT_PERIOD_S = 30.0
 HANDOFF_DIR = "nodes"
 #: what a hand-off file's ``status`` may say
 STATUSES = ("train", "done", "failed")
@@ -52,6 +55,7 @@ class Topology:
     master_port: int = DEFAULT_PORT
     launch_id: str | None = None
     wait_s: float = DEFAULT_WAIT_S
+    stale_s: float = DEFAULT_STALE_S
 
     @property
     def multi(self) -> bool:
@@ -105,13 +109,13 @@ def resolve_topology(
     env = os.environ if env is None else env
     nodes = check_nodes(train)
     rv = dict(train.get("rendezvous") or {})
-    unknown = sorted(set(rv) - {"node_rank", "master_addr", "master_port", "launch_id", "wait_s"})
+    unknown = sorted(set(rv) - {"node_rank", "master_addr", "master_port", "launch_id", "wait_s", "stale_s"})
     if unknown:
         raise ValueError(
             f"train.rendezvous has unknown keys {unknown}; expected node_rank, master_addr, master_port, "
-            "launch_id, wait_s"
+            "launch_id, wait_s, stale_s"
         )
-    wait_s = float(rv.get("wait_s") or DEFAULT_WAIT_S)
+    wait_s, stale_s = (_seconds(rv, k, d) for k, d in (("wait_s", DEFAULT_WAIT_S), ("stale_s", DEFAULT_STALE_S)))
     tasks = env.get("SLURM_NTASKS")
     if nodes == 1:
         if "SLURM_PROCID" in env and tasks and tasks.isdigit() and int(tasks) > 1:
@@ -119,7 +123,7 @@ def resolve_topology(
                 f"this SLURM job runs {tasks} tasks of one drafter's run but train.nodes=1: every task would train "
                 "the same drafter; set train.nodes=<the job's nodes> (with one task per node) or run one task"
             )
-        return Topology(wait_s=wait_s)
+        return Topology(wait_s=wait_s, stale_s=stale_s)
     slurm = "SLURM_JOB_ID" in env
     if slurm and not planning:
         have = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
@@ -171,7 +175,16 @@ def resolve_topology(
         raise ValueError(f"train.rendezvous.master_port={port} must be at most 65535")
     if not planning and not _LAUNCH_ID.fullmatch(str(launch)):
         raise ValueError(f"train.rendezvous.launch_id={launch!r}: use letters, digits, '_', '-', '.' only")
-    return Topology(nodes, rank, str(addr), port, str(launch), wait_s)
+    return Topology(nodes, rank, str(addr), port, str(launch), wait_s, stale_s)
+
+
+def _seconds(rv: Mapping[str, Any], key: str, default: float) -> float:
+    value = rv.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"train.rendezvous.{key}={value!r} must be a number of seconds > 0")
+    return float(value)
 
 
 # -- node 0's hand-off ----------------------------------------------------------------------------------------
@@ -179,6 +192,46 @@ def resolve_topology(
 
 def handoff_path(run_dir: Path, topology: Topology) -> Path:
     return Path(run_dir) / HANDOFF_DIR / f"{topology.launch_id}.json"
+
+
+def beat_path(run_dir: Path, topology: Topology) -> Path:
+    return Path(run_dir) / HANDOFF_DIR / f"{topology.launch_id}.beat"
+
+
+class Heartbeat:
+    """Node 0, while it prepares: a counter in ``<run dir>/nodes/<launch id>.beat``, raised every ``period_s``.
+
+    A node 0 that is killed (out of memory, preempted) cannot write a ``failed`` hand-off; the waiting nodes see
+    its counter stop and give up after ``train.rendezvous.stale_s`` instead of ``wait_s``. A counter, not a
+    time stamp, so the nodes' clocks need not agree. A no-op on one node."""
+
+    def __init__(self, run_dir: Path, topology: Topology, period_s: float = BEAT_PERIOD_S):
+        self.path, self.period_s, self.on = beat_path(run_dir, topology), period_s, topology.multi
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hedgespec-heartbeat", daemon=True)
+
+    def _run(self) -> None:
+        beat = 0
+        while True:
+            beat += 1
+            try:  # the run directory may be replaced under it (train.overwrite=true): make it again
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic({"beat": beat}, self.path)
+            except OSError:
+                pass  # a full or flaky shared disk: the next beat tries again
+            if self._stop.wait(self.period_s):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        if self.on:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.on:
+            self._stop.set()
+            self._thread.join()
 
 
 def announce(run_dir: Path, topology: Topology, status: str, **info: Any) -> Path | None:
@@ -201,14 +254,26 @@ def await_leader(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Nodes > 0: wait for node 0's hand-off and return it (``status`` ``train`` or ``done``); raise RuntimeError
-    when node 0 failed, when the hand-off is for another node count, or after ``topology.wait_s`` seconds."""
-    path = handoff_path(run_dir, topology)
-    deadline = clock() + topology.wait_s
+    when node 0 failed, when its heartbeat (:class:`Heartbeat`) stood still for ``topology.stale_s`` seconds, when
+    the hand-off is for another node count, or after ``topology.wait_s`` seconds."""
+    path, beats = handoff_path(run_dir, topology), beat_path(run_dir, topology)
+    start = clock()
+    deadline = start + topology.wait_s
+    last_beat, beat_seen = None, start
     while True:
         if path.is_file():
             record = json.loads(path.read_text())
             break
-        if clock() >= deadline:
+        now = clock()
+        beat = _read_beat(beats)
+        if beat != last_beat:
+            last_beat, beat_seen = beat, now
+        elif beat is not None and now - beat_seen >= topology.stale_s:
+            raise RuntimeError(
+                f"node 0's heartbeat {beats} stood still for {now - beat_seen:.0f} s before its hand-off: node 0 "
+                "stopped (killed, out of memory?); see its log. (train.rendezvous.stale_s sets the wait)"
+            )
+        if now >= deadline:
             raise RuntimeError(
                 f"node {topology.node_rank} waited {topology.wait_s:.0f} s for node 0's hand-off {path}, which did "
                 "not appear: is node 0 running with the same train.rendezvous.launch_id, and do all nodes see "
@@ -225,6 +290,13 @@ def await_leader(
     if record.get("status") not in ("train", "done"):
         raise RuntimeError(f"node 0's hand-off {path} has status {record.get('status')!r}")
     return record
+
+
+def _read_beat(path: Path) -> int | None:
+    try:
+        return int(json.loads(path.read_text())["beat"])
+    except (OSError, ValueError, KeyError, TypeError):  # not written yet (or being replaced)
+        return None
 
 
 def check_visible(run_yaml: Path, topology: Topology) -> dict[str, Any]:

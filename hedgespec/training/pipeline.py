@@ -81,6 +81,8 @@ from hedgespec.training.features import (
 )
 from hedgespec.training.hashing import file_hash, json_hash
 from hedgespec.training.nodes import (
+    HANDOFF_DIR,
+    Heartbeat,
     Topology,
     announce,
     await_leader,
@@ -236,9 +238,11 @@ def train_drafter(cfg: Any) -> TrainResult:
 
 @contextlib.contextmanager
 def _leading(run: TrainRun) -> Iterator[None]:
-    """Node 0 of several: a stage that fails tells the waiting nodes why (they stop instead of waiting)."""
+    """Node 0 of several: a heartbeat while it works, and a stage that fails tells the waiting nodes why (they
+    stop instead of waiting)."""
     try:
-        yield
+        with Heartbeat(run.run_dir, run.topology):
+            yield
     except BaseException as e:
         announce(run.run_dir, run.topology, "failed", error=f"{type(e).__name__}: {e}")
         raise
@@ -327,9 +331,11 @@ def tracking_block(logger: Mapping[str, Any] | None, run_dir: Path, name: str) -
     raise ValueError(f"logger={kind!r} is not supported for training; use logger=none or logger=wandb")
 
 
-def _own_or_absent(path: Path, marker: str, what: str) -> None:
-    """Refuse a non-empty directory we did not write (no marker file)."""
-    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / marker).is_file())):
+def _own_or_absent(path: Path, marker: str, what: str, ignore: tuple[str, ...] = ()) -> None:
+    """Refuse a non-empty directory we did not write (no marker file); entries named in ``ignore`` do not count."""
+    if path.exists() and (
+        not path.is_dir() or (any(p.name not in ignore for p in path.iterdir()) and not (path / marker).is_file())
+    ):
         raise FileExistsError(
             f"{what} {path} exists and holds content hedgespec did not write (no {marker}); refusing to touch it. "
             "Move it away or choose another location (paths.outputs / paths.pools / train.pool=...)"
@@ -618,7 +624,7 @@ def setup(cfg: Any) -> TrainRun:
     regen_window(cfg)  # a fit_window that is not a bool is named here, before the target loads
     if not train.get("plan_only"):
         check_answers_exist(cfg, domain)
-    _own_or_absent(run_dir, RUN_MARKER, "run directory")
+    _own_or_absent(run_dir, RUN_MARKER, "run directory", ignore=(HANDOFF_DIR,))  # node 0 may be beating already
     _own_or_absent(export_dir, EXPORT_MARKER, "export directory")
     init_source = _init_source(train, pools_dir, pool, drafter)
     return TrainRun(
