@@ -134,28 +134,26 @@ def test_tiny_is_identical_across_processes() -> None:
     assert out == [target_fingerprint(m), tokenizer_fingerprint(t)]
 
 
+def _random_llama(out: Path, tied: bool) -> tuple[object, dict]:
+    """A random 2-layer Llama saved as a Hugging Face checkpoint with the tiny target's tokenizer; its target spec."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, tok = load_target("tiny")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=len(tok), tie_word_embeddings=tied)  # fmt: skip
+    LlamaForCausalLM(cfg).save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return tok, {"name": "t", "kind": "hf", "hf_id": str(out), "dtype": "auto"}
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_head_only_load_equals_the_full_load_where_it_holds_weights(tmp_path: Path, tied: bool) -> None:
     """``load_target_head`` reads only the embedding, the head and the final norm of an ``hf`` checkpoint: those
     equal the full load's, the decoder layers stay on the meta device, and the fingerprint is the full load's."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from hedgespec.models import load_target_head
 
-    _, tok = load_target("tiny")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=len(tok),
-        tie_word_embeddings=tied,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(tmp_path, safe_serialization=True)
-    tok.save_pretrained(tmp_path)
-    spec = {"name": "t", "kind": "hf", "hf_id": str(tmp_path), "dtype": "auto"}
+    tok, spec = _random_llama(tmp_path, tied)
     full, _ = load_target(spec)
     head, head_tok = load_target_head(spec)
     assert target_fingerprint(head) == target_fingerprint(full) and head.dtype == full.dtype
@@ -169,16 +167,11 @@ def test_head_only_load_equals_the_full_load_where_it_holds_weights(tmp_path: Pa
 
 def test_head_only_load_without_the_head_in_the_checkpoint_names_it(tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from hedgespec.models import load_target_head
 
-    _, tok = load_target("tiny")
-    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, vocab_size=len(tok), tie_word_embeddings=False)  # fmt: skip
-    LlamaForCausalLM(cfg).save_pretrained(tmp_path, safe_serialization=True)
-    tok.save_pretrained(tmp_path)
+    _, spec = _random_llama(tmp_path, tied=False)
     f = tmp_path / "model.safetensors"
     save_file({k: v for k, v in load_file(f).items() if k != "model.norm.weight"}, f, metadata={"format": "pt"})
     with pytest.raises(ValueError, match=r"\['model\.norm\.weight'\] not found in the safetensors files"):
-        load_target_head({"name": "t", "kind": "hf", "hf_id": str(tmp_path), "dtype": "float32"})
+        load_target_head(spec)

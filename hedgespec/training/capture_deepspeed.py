@@ -41,7 +41,14 @@ from hedgespec.io import atomic_dir, write_json_atomic
 from hedgespec.models.chat import pin_thinking
 from hedgespec.models.fingerprint import target_fingerprint
 from hedgespec.models.smollm2 import convert_smollm2
-from hedgespec.training.features import MANIFEST, SUPERVISE, FeatureSet, feature_key, generate_features
+from hedgespec.training.features import (
+    MANIFEST,
+    FeatureSet,
+    add_capture_arguments,
+    cached_features,
+    feature_key,
+    generate_features,
+)
 from hedgespec.training.hashing import file_hash
 
 DEEPSPEED_VERSION = "0.19.8"
@@ -214,9 +221,8 @@ def capture_features_deepspeed(
         target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype, tokenizer_hash, supervise
     )
     out = Path(cache_root) / key
-    if (out / MANIFEST).is_file():
-        m = json.loads((out / MANIFEST).read_text())
-        return FeatureSet(out, key, m["num_samples"], m["num_tokens"], m["num_loss_tokens"], reused=True)
+    if (cached := cached_features(out, key)) is not None:
+        return cached
     if importlib.util.find_spec("deepspeed") is None:
         raise ImportError(f"deepspeed is not installed.\n{INSTALL_HINT}")
     argv = [
@@ -347,21 +353,14 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m torch.distributed.run --standalone --nproc_per_node 1 -m hedgespec.training.capture_deepspeed",
         description="Target features in SpecForge's offline format through DeepSpeed ZeRO-Inference (stage 3).",
     )
+    add_capture_arguments(p)
     p.add_argument("--model-dir", required=True, help="Hugging Face directory of the target")
-    p.add_argument("--data", required=True, help="conversation JSONL ({'id', 'conversations': [...]})")
     p.add_argument("--cache-root", required=True, help="features are written to <cache-root>/<key>/")
-    p.add_argument("--target-hash", required=True, help="the target's content hash (part of the cache key)")
-    p.add_argument("--aux-layer-ids", type=int, nargs=3, required=True, help="the three fused layer ids")
-    p.add_argument("--max-length", type=int, default=512)
-    p.add_argument("--max-samples", type=int, default=None)
-    p.add_argument("--dtype", default="bfloat16", choices=COMPUTE_DTYPES, help="stored feature dtype")
     p.add_argument("--compute-dtype", default="float32", choices=COMPUTE_DTYPES, help="dtype the target runs in")
     p.add_argument("--offload", default="cpu", choices=OFFLOAD_DEVICES)
     p.add_argument("--nvme-path", default=None)
     p.add_argument("--tokenizer-hash", default="", help="the parent's tokenizer fingerprint (part of the cache key)")
     p.add_argument("--thinking", default=None, choices=("true", "false"), help="fix the chat template's switch")
-    p.add_argument("--supervise", default="assistant", choices=SUPERVISE, help="which tokens the loss mask marks")
-    p.add_argument("--progress", action="store_true")
     return p
 
 

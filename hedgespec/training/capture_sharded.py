@@ -28,9 +28,9 @@ from typing import Any
 
 from hedgespec.io import atomic_dir, write_json_atomic
 from hedgespec.training.features import (
-    MANIFEST,
-    SUPERVISE,
     FeatureSet,
+    add_capture_arguments,
+    cached_features,
     check_supervise,
     feature_key,
     read_conversations,
@@ -93,9 +93,8 @@ def capture_features_sharded(
         target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype, tokenizer_hash, supervise
     )
     out = Path(cache_root) / key
-    if (out / MANIFEST).is_file():
-        m = json.loads((out / MANIFEST).read_text())
-        return FeatureSet(out, key, m["num_samples"], m["num_tokens"], m["num_loss_tokens"], reused=True)
+    if (cached := cached_features(out, key)) is not None:
+        return cached
     common = [
         *("--target", json.dumps(asdict(spec)), "--target-hash", target_hash, "--data", str(data_path)),
         *("--aux-layer-ids", *[str(int(i)) for i in aux_layer_ids], "--max-length", str(max_length)),
@@ -225,19 +224,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m hedgespec.training.capture_sharded",
         description="One shard of a sharded target-feature capture (started by capture_features_sharded).",
     )
+    add_capture_arguments(p)
     p.add_argument("--target", required=True, help="the TargetSpec as JSON")
-    p.add_argument("--target-hash", required=True, help="the target's part of the cache key")
     p.add_argument("--fingerprint", default=None, help="the fingerprint the loaded target must have")
-    p.add_argument("--data", required=True, help="conversation JSONL ({'id', 'conversations': [...]})")
     p.add_argument("--out", required=True, help="records go to <out>/<shard>/row_<i>.ckpt")
     p.add_argument("--shard", type=int, required=True)
     p.add_argument("--shards", type=int, required=True)
-    p.add_argument("--aux-layer-ids", type=int, nargs=3, required=True)
-    p.add_argument("--max-length", type=int, required=True)
-    p.add_argument("--max-samples", type=int, default=None)
-    p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--supervise", default="assistant", choices=SUPERVISE)
-    p.add_argument("--progress", action="store_true")
     return p
 
 

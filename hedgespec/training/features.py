@@ -149,6 +149,27 @@ def feature_key(
     return json_hash(fields)[:20]
 
 
+def cached_features(out: Path, key: str) -> FeatureSet | None:
+    """The feature directory ``out`` (cache key ``key``) when a finished capture left its manifest there."""
+    manifest_path = Path(out) / MANIFEST
+    if not manifest_path.is_file():
+        return None
+    m = json.loads(manifest_path.read_text())
+    return FeatureSet(Path(out), key, m["num_samples"], m["num_tokens"], m["num_loss_tokens"], reused=True)
+
+
+def add_capture_arguments(p: Any) -> None:
+    """The ``argparse`` options every capture worker takes (what the records are, and the cache key's parts)."""
+    p.add_argument("--data", required=True, help="conversation JSONL ({'id', 'conversations': [...]})")
+    p.add_argument("--target-hash", required=True, help="the target's part of the cache key")
+    p.add_argument("--aux-layer-ids", type=int, nargs=3, required=True, help="the three fused layer ids")
+    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--max-samples", type=int, default=None)
+    p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"), help="stored dtype")
+    p.add_argument("--supervise", default="assistant", choices=SUPERVISE, help="which tokens the loss mask marks")
+    p.add_argument("--progress", action="store_true")
+
+
 @torch.inference_mode()
 def generate_features(
     model: torch.nn.Module,
@@ -176,10 +197,8 @@ def generate_features(
         target_hash, file_hash(data_path), aux_layer_ids, max_length, max_samples, dtype, tokenizer_hash, supervise
     )
     out = Path(cache_root) / key
-    manifest_path = out / MANIFEST
-    if manifest_path.is_file():
-        m = json.loads(manifest_path.read_text())
-        return FeatureSet(out, key, m["num_samples"], m["num_tokens"], m["num_loss_tokens"], reused=True)
+    if (cached := cached_features(out, key)) is not None:
+        return cached
 
     rows = read_conversations(data_path, max_samples)
     was_training = model.training
