@@ -303,6 +303,7 @@ def test_paper_plan_shows_real_aux_layers_and_commands(tmp_path: Path, target: s
     assert res.specforge_config["model"]["aux_hidden_state_layer_ids"] == PAPER_AUX[target]
     train_cmd, export_cmd = res.stages["commands"]
     assert train_cmd == f"specforge train --config {tmp_path / 'outputs' / target / 'sql' / 'run.yaml'}"
+    assert res.stages["features"].startswith("8 processes (python -m hedgespec.training.capture_sharded)")
     (launch,) = res.stages["specforge_launch"].values()  # SpecForge's own launch planner, one node
     assert launch.startswith("python -m torch.distributed.run --standalone --nproc_per_node 8 --module specforge.cli")
     assert export_cmd.startswith("specforge export --to sglang")

@@ -696,6 +696,17 @@ def check_gpus(train: Mapping[str, Any]) -> None:
         )
 
 
+def _capture_plan(train: Mapping[str, Any]) -> str:
+    """How the features stage will capture the target's hidden states (for ``train.plan_only``)."""
+    feats = train.get("features") or {}
+    if check_features_backend(feats) == "deepspeed":
+        return "one DeepSpeed ZeRO-3 process (python -m torch.distributed.run -m hedgespec.training.capture_deepspeed)"
+    shards = int(feats.get("shards", 1))
+    if shards > 1:
+        return f"{shards} processes (python -m hedgespec.training.capture_sharded), one GPU each, then released"
+    return "transformers, in this process"
+
+
 def plan_only(run: TrainRun) -> TrainResult:
     """Compose and validate the SpecForge config for a (GPU) target without loading or writing anything."""
     train = run.train
@@ -731,6 +742,7 @@ def plan_only(run: TrainRun) -> TrainResult:
             f"specforge train --config {run_yaml}" + (" --node-rank <node rank>" if topo.multi else ""),
             f"specforge export --to sglang <final checkpoint under {run.ckpt_root}> -> {run.export_dir}",
         ],
+        "features": _capture_plan(train),
         # what SpecForge's launch planner starts on each node (one process, world size 1: in this process)
         "specforge_launch": specforge_launches(sf_cfg, str(run_yaml), topo),
         "manifest": str(pool_path(run.pools_dir, run.pool)),
