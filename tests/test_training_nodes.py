@@ -224,14 +224,17 @@ def test_node_0s_failing_stage_stops_node_1(tmp_path: Path, monkeypatch: pytest.
     import hedgespec.models
     from hedgespec.training import train_drafter
 
+    run_dir = tmp_path / "outputs" / "tiny" / "sql"
+    announce(run_dir, _node(0, launch="job-7"), "train", run_yaml="stale.yaml")  # an earlier launch's hand-off
+
     def no_gpu(*a, **k):
+        assert not handoff_path(run_dir, _node(0, launch="job-7")).exists(), "the stale hand-off was kept"
         raise RuntimeError("CUDA out of memory while loading the target")
 
     monkeypatch.setattr(hedgespec.models, "load_target", no_gpu)
     monkeypatch.setattr(hedgespec.models, "load_target_head", no_gpu)  # train.features.shards follows train.gpus
     with pytest.raises(RuntimeError, match="out of memory"):
         train_drafter(_gpu_node(tmp_path, monkeypatch, 0))
-    run_dir = tmp_path / "outputs" / "tiny" / "sql"
     with pytest.raises(RuntimeError, match="node 0 failed, so node 1 does not train: RuntimeError: CUDA out of mem"):
         await_leader(run_dir, _node(1, launch="job-7"), poll_s=0.01)
 
@@ -287,6 +290,18 @@ def test_node_1_loads_nothing_and_joins_node_0s_training_with_its_rank(
     (command,) = json.loads(out.stdout)["commands"]
     args = _torchrun_args(" ".join(["python", *command["argv"][1:]]))
     assert (args.nnodes, args.node_rank, args.master_addr, args.nproc_per_node) == ("2", 1, "127.0.0.1", "2")
+
+
+def test_node_1_refuses_a_hand_off_for_another_gpu_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_target_loading: None
+) -> None:
+    specforge_or_skip()
+    from hedgespec.training import train_drafter
+
+    run_dir = tmp_path / "outputs" / "tiny" / "sql"
+    announce(run_dir, _node(0, launch="job-7"), "train", run_yaml=str(run_dir / "run.yaml"), key="k", gpus=8)
+    with pytest.raises(RuntimeError, match=r"node 0 trains with train\.gpus=8 per node, node 1 has train\.gpus=2"):
+        train_drafter(_gpu_node(tmp_path, monkeypatch, 1))
 
 
 def test_node_1_is_done_when_node_0_finds_the_run_trained(

@@ -240,6 +240,8 @@ def train_drafter(cfg: Any) -> TrainResult:
 def _leading(run: TrainRun) -> Iterator[None]:
     """Node 0 of several: a heartbeat while it works, and a stage that fails tells the waiting nodes why (they
     stop instead of waiting)."""
+    if run.topology.multi:  # a hand-off left by an earlier launch under the same id is not this launch's
+        handoff_path(run.run_dir, run.topology).unlink(missing_ok=True)
     try:
         with Heartbeat(run.run_dir, run.topology):
             yield
@@ -256,6 +258,11 @@ def follow(run: TrainRun) -> TrainResult:
         record = await_leader(run.run_dir, topo)
     stages: dict[str, Any] = {"node_rank": topo.node_rank, "handoff": str(handoff_path(run.run_dir, topo))}
     if record["status"] == "train":
+        if record.get("gpus", _gpus(run)) != _gpus(run):
+            raise RuntimeError(
+                f"node 0 trains with train.gpus={record['gpus']} per node, node {topo.node_rank} has "
+                f"train.gpus={_gpus(run)}: give every node the same command"
+            )
         run_yaml = Path(record["run_yaml"])
         check_visible(run_yaml, topo)
         with _timed(run, "train"):
@@ -266,7 +273,7 @@ def follow(run: TrainRun) -> TrainResult:
                 None,
                 0,
                 run.progress,
-                int(run.train.get("gpus") or 1),
+                _gpus(run),
                 node_rank=topo.node_rank,
                 topology=topo,
             )
@@ -773,6 +780,10 @@ def _head_only(run: TrainRun) -> bool:
     return in_child and not regen_here
 
 
+def _gpus(run: TrainRun) -> int:
+    return int(run.train.get("gpus") or 1)
+
+
 def _shards(run: TrainRun) -> int:
     """``train.features.shards`` (default 1): processes the transformers capture runs in, one GPU each."""
     return int((run.train.get("features") or {}).get("shards", 1))
@@ -981,7 +992,7 @@ def stage_train(run: TrainRun) -> None:
         run.state.clear("train", "export", "register")
         if run.latest is not None:  # SpecForge resumes from it: refuse a damaged one by name
             check_training_state(run.latest[0])
-        announce(run.run_dir, run.topology, "train", run_yaml=str(run_yaml), key=run.key)
+        announce(run.run_dir, run.topology, "train", run_yaml=str(run_yaml), key=run.key, gpus=_gpus(run))
         _, run.metrics = _run_specforge_train(
             run_yaml,
             run.run_dir,
