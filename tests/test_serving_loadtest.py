@@ -180,9 +180,22 @@ def test_compare_table_lists_the_hedgespec_round_phases() -> None:
         "outputs_equal_plain": 2, "failed": 0, "mean_itl_ms": 50.0,
     }  # fmt: skip
     share = {"draft": 0.1, "verify": 0.6, "evaluate": 0.25, "update": 0.05}
-    res = {"prompts": 2, "rows": [row], "round_phases": {"hs": {"rounds": 12, "ms_per_round": 80.0, "share": share}}}
-    assert "| hs | 12 | 80.0 | 10.0% | 60.0% | 25.0% | 5.0% |" in table(res)
+    share8 = {**share, "verify": 0.5, "evaluate": 0.35}
+    batched = {"concurrency": 8, "rounds": 40, "ms_per_round": 120.5, "share": share8}
+    probe = {"rounds": 12, "ms_per_round": 80.0, "share": share, "at_concurrency": {"8": batched}}
+    res = {"prompts": 2, "rows": [row], "round_phases": {"hs": probe}}
+    lines = table(res).split("\n")
+    assert "| hs | 1 | 12 | 80.0 | 10.0% | 60.0% | 25.0% | 5.0% |" in lines
+    assert lines[-1] == "| hs | 8 | 40 | 120.5 | 10.0% | 50.0% | 35.0% | 5.0% |"
     assert "round" not in table({**res, "round_phases": {}}).split("\n")[-1]
+
+
+def test_round_phases_refuses_a_bad_concurrency() -> None:
+    from hedgespec.serving.compare import round_phases
+
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="concurrency must be an int >= 1"):
+            round_phases(None, ["x"], 4, bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.serve
@@ -196,10 +209,14 @@ def test_round_phases_of_the_tiny_hedgespec_server(tmp_path: Path) -> None:
 
     plan = build_plan(_compose("serve", "pool=tiny", "device=cpu", f"workdir={tmp_path}", "port=31789"))
     with ServerProcess(plan, tmp_path / "server.log", 400):
-        got = round_phases(plan, ["def add(a, b):", "SELECT name FROM", "unused"], 8)
+        prompts = ["def add(a, b):", "SELECT name FROM", "unused"]
+        got = round_phases(plan, prompts, 8)
+        two = round_phases(plan, prompts * 3, 8, concurrency=2)
     assert got["requests"] == 3 and got["rounds"] >= 2 * 3  # 8 tokens, at most K + 1 = 4 per round
-    assert sum(got["share"].values()) == pytest.approx(1.0, abs=1e-3)
-    assert got["share"]["verify"] > 0 and got["share"]["evaluate"] > 0 and got["ms_per_round"] > 0
+    assert two["requests"] == 8 and two["concurrency"] == 2 and two["rounds"] >= 2 * 8
+    for probe in (got, two):
+        assert sum(probe["share"].values()) == pytest.approx(1.0, abs=1e-3)
+        assert probe["share"]["verify"] > 0 and probe["share"]["evaluate"] > 0 and probe["ms_per_round"] > 0
 
 
 def test_compare_rows_carry_no_machine_paths(tmp_path: Path) -> None:

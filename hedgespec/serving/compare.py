@@ -16,6 +16,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -61,24 +62,36 @@ def accept_length(plan: ServePlan) -> float | None:
     return None if value is None else float(value)
 
 
-PROBE_PROMPTS = 4  # requests of the round-phase probe (one at a time)
+PROBE_PROMPTS = 4  # requests of the round-phase probe per request in flight
 
 
-def round_phases(plan: ServePlan, prompts: Sequence[str], output_len: int) -> dict[str, Any]:
-    """Where a HEDGESPEC server's rounds spend their time: the first :data:`PROBE_PROMPTS` prompts sent one at a
-    time (greedy, exactly ``output_len`` tokens), their ``hedgespec_round_time_s`` meta fields summed; each phase's
-    share of the round (select + draft, verify, evaluate, update; :data:`hedgespec.serving.selection.PHASES`)."""
+def round_phases(plan: ServePlan, prompts: Sequence[str], output_len: int, concurrency: int = 1) -> dict[str, Any]:
+    """Where a HEDGESPEC server's rounds spend their time: the first ``PROBE_PROMPTS × concurrency`` prompts (at
+    most all of them; greedy, exactly ``output_len`` tokens) with ``concurrency`` requests in flight, their
+    ``hedgespec_round_time_s`` meta fields summed; each phase's share of the round (select + draft, verify,
+    evaluate, update; :data:`hedgespec.serving.selection.PHASES`).
+
+    Every request of a batched round carries that round's whole time, so at ``concurrency`` > 1 ``ms_per_round``
+    is the mean time of a batched round weighted by the requests in it, and the shares are those of the batched
+    rounds."""
     from hedgespec.serving.selection import PHASES
 
-    total = [0.0] * len(PHASES)
-    rounds = 0
-    for text in list(prompts)[:PROBE_PROMPTS]:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"round_phases: concurrency must be an int >= 1, got {concurrency!r}")
+    sent = list(prompts)[: PROBE_PROMPTS * concurrency]
+
+    def one(text: str) -> tuple[list[float], int]:
         meta = generate(plan.base_url, greedy(text, int(output_len)))["meta_info"]
-        total = [a + float(b) for a, b in zip(total, meta["hedgespec_round_time_s"])]
-        rounds += int(meta["hedgespec_rounds"][0])
+        return [float(b) for b in meta["hedgespec_round_time_s"]], int(meta["hedgespec_rounds"][0])
+
+    with ThreadPoolExecutor(concurrency) as ex:
+        metas = list(ex.map(one, sent))
+    total = [sum(col) for col in zip(*(m[0] for m in metas))] if metas else [0.0] * len(PHASES)
+    rounds = sum(m[1] for m in metas)
     whole = sum(total)
     return {
-        "requests": min(len(prompts), PROBE_PROMPTS),
+        "requests": len(sent),
+        "concurrency": concurrency,
         "rounds": rounds,
         "ms_per_round": round(1000.0 * whole / rounds, 2) if rounds else None,
         "share": {k: round(v / whole, 4) if whole else None for k, v in zip(PHASES, total)},
@@ -130,7 +143,12 @@ def run_compare(
                     on_row(rows[-1])
             mat = accept_length(plan)
             if plan.algorithm == "HEDGESPEC":  # after the passes, so SGLang's accept length is the client's
-                phases[e["label"]] = round_phases(plan, prompts, int(cc["output_len"]))
+                phases[e["label"]] = probe = round_phases(plan, prompts, int(cc["output_len"]))
+                batched = sorted({int(c) for c in cc["concurrency"]} - {1})
+                if batched:  # the same probe with as many requests in flight as each batched pass
+                    probe["at_concurrency"] = {
+                        str(c): round_phases(plan, prompts, int(cc["output_len"]), c) for c in batched
+                    }
         for r in rows:
             if r["label"] == e["label"]:
                 r["accept_length"] = mat
@@ -195,13 +213,15 @@ def table(res: Mapping[str, Any]) -> str:
     if phases:
         lines += [
             "",
-            "HEDGESPEC round, share of its time per phase (probe: requests one at a time, greedy):",
+            "HEDGESPEC round, share of its time per phase (probe: greedy requests, that many in flight):",
             "",
-            "| server | rounds | ms / round | select + draft | verify | evaluate | update |",
-            "|---|---|---|---|---|---|---|",
+            "| server | in flight | rounds | ms / round | select + draft | verify | evaluate | update |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        for label, ph in phases.items():
-            sh = ph["share"]
-            cells = " | ".join("–" if sh[k] is None else f"{100 * sh[k]:.1f}%" for k in sh)
-            lines.append(f"| {label} | {ph['rounds']} | {ph['ms_per_round']} | {cells} |")
+        for label, first in phases.items():
+            for ph in [first, *(first.get("at_concurrency") or {}).values()]:
+                sh = ph["share"]
+                cells = " | ".join("–" if sh[k] is None else f"{100 * sh[k]:.1f}%" for k in sh)
+                c = ph.get("concurrency", 1)
+                lines.append(f"| {label} | {c} | {ph['rounds']} | {ph['ms_per_round']} | {cells} |")
     return "\n".join(lines)
