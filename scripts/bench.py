@@ -17,7 +17,6 @@ sampling: sampling=greedy (sampling.temperature=0.7 sampling.top_p=0.95 to sampl
 
 from __future__ import annotations
 
-import shlex
 import sys
 
 import hydra
@@ -25,12 +24,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from hedgespec.bench.app import bench_main
+from hedgespec.provenance import command_line
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="bench")
 def main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
-    command = "python scripts/bench.py " + " ".join(shlex.quote(o) for o in hc.overrides.task)
+    command = command_line("scripts/bench.py", list(hc.overrides.task))  # no machine paths in committed results
     try:
         bench_main(
             OmegaConf.to_container(cfg, resolve=True),

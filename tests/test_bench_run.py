@@ -144,14 +144,18 @@ def test_script_bad_workload_exits_2_with_one_line(tmp_path):
 
 
 def test_script_end_to_end(tmp_path):
-    """The real entry point, fresh process, the conf/pool/tiny.yaml pool fitted from scratch: seconds."""
+    """The real entry point, fresh process, the conf/pool/tiny.yaml pool fitted from scratch (an empty pool cache):
+    seconds. The recorded command line names no path of this machine (the cache is under the temp dir)."""
+    cache = tmp_path / "pool_cache"
     p = _script(
-        ["pool=tiny", "selector=hedgespec", "workload=prompts", "max_new_tokens=8", "pool_cache=null"],
+        ["pool=tiny", "selector=hedgespec", "workload=prompts", "max_new_tokens=8", f"pool_cache={cache}"],
         tmp_path,
         timeout=900,
     )
     assert p.returncode == 0, p.stderr[-3000:]
-    validate_result(json.loads((tmp_path / "results.json").read_text()))
+    res = json.loads((tmp_path / "results.json").read_text())
+    validate_result(res)
+    assert str(tmp_path) not in res["command"] and "pool_cache=$TMPDIR/" in res["command"], res["command"]
     assert all((tmp_path / f).is_file() for f in FIGURES)
 
 
