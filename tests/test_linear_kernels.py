@@ -104,6 +104,40 @@ def test_engine_on_packed_kernels_equals_transformers_greedy_on_aten():
     assert stats.rounds >= 1 and out.tolist() == want.tolist()
 
 
+@needs_onednn
+def test_packed_min_rows_moves_the_row_count_from_which_the_packed_copy_runs():
+    g = torch.Generator().manual_seed(3)
+    lin = torch.nn.Linear(64, 80, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(80, 64, generator=g))
+    x = torch.randn(1, 64, generator=g)
+    default, every = PackedLinear.wrap(lin), PackedLinear.wrap(lin, min_rows=1)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(x.double(), lin.weight.double())
+        got_default, got_every = default(x), every(x)
+    assert default.min_rows == 4 and default._packed is None  # float32: one row stays on aten
+    assert every.min_rows == 1 and every._packed is not None  # one row runs packed
+    for got in (got_default, got_every):
+        assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
+@needs_onednn
+def test_a_target_packed_for_every_pass_decodes_as_transformers_greedy_on_aten():
+    """``target.packed_min_rows=1``: every linear layer packs from one row on; the engine's rounds and the packed
+    model's own one-row ``generate`` both give the aten target's greedy tokens."""
+    packed, _ = load_target("tiny", linear_kernels="onednn", packed_min_rows=1)
+    plain, _ = load_target("tiny")
+    assert {m.min_rows for m in packed.modules() if isinstance(m, PackedLinear)} == {1}
+    heads = [random_drafter(packed, seed=s) for s in range(2)]
+    engine = SpeculativeEngine(packed, heads, make_selector("hedgespec"), decoding("chain", 4))
+    prompt = torch.tensor([5, 17, 33, 2, 101, 64])
+    out, stats = engine.generate(prompt, 32, GREEDY)
+    kw = {"max_new_tokens": 32, "min_new_tokens": 32, "do_sample": False, "pad_token_id": 0}
+    want = plain.generate(prompt[None], **kw)[0]
+    assert stats.rounds >= 1 and out.tolist() == want.tolist()
+    assert packed.generate(prompt[None], **kw)[0].tolist() == want.tolist()
+
+
 def test_aten_and_cuda_or_float16_targets_resolve_to_aten():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4)).to(torch.float16)
     assert resolve_kernels(model, "auto") == "aten"
@@ -115,6 +149,11 @@ def test_aten_and_cuda_or_float16_targets_resolve_to_aten():
 def test_bad_linear_kernels_are_named():
     with pytest.raises(ValueError, match=r"target linear_kernels='mkl' is unknown; expected one of \('auto'"):
         TargetSpec(name="tiny", kind="tiny", linear_kernels="mkl")
+    for bad in (0, -1, 2.5, True, "4"):
+        with pytest.raises(ValueError, match=r"target packed_min_rows=.* must be an int >= 1"):
+            TargetSpec(name="tiny", kind="tiny", linear_kernels="onednn", packed_min_rows=bad)
+    with pytest.raises(ValueError, match=r"target packed_min_rows=0 must be an int >= 1"):
+        use_linear_kernels(torch.nn.Sequential(torch.nn.Linear(2, 2)), "aten", min_rows=0)
     with pytest.raises(ValueError, match=r"linear_kernels='fast' is unknown"):
         resolve_kernels(torch.nn.Linear(2, 2), "fast")
     half = torch.nn.Linear(2, 2).to(torch.float16)

@@ -21,7 +21,12 @@ little more than one row.
 
 The default is ``aten``. Measured on SmolLM2-135M (2 CPU cores, docs/engine.md): on one thread a 5-row pass costs
 77 ms packed vs 95 ms on aten (one row: 55 ms); on two threads the two are equal (57 ms) and batched
-generation is 13% slower packed, so packing pays only for one-thread runs verifying 4 or more rows.
+generation is 13% slower packed, so packing pays only for one-thread runs verifying 4 or more rows. CPUs differ:
+on a 2-core AMD EPYC (AVX-512, no AMX) the aten kernel's 2- and 3-row passes cost more than its 4- and 5-row
+ones, a packed 5-row pass costs one aten row's time on one thread, and on two threads the packed copy is faster
+at every row count, one row included (docs/engine.md). ``min_rows``
+(``target.packed_min_rows``) moves the row count from which the packed copy is used (1: every pass, so plain
+decoding's one-row steps run packed too).
 
 Numerics: the kernels differ in summation order only (float rounding, ~1e-6 relative in float32), as two row
 counts of the aten kernel already do; greedy outputs agree unless two logits tie at that precision. A weight
@@ -35,7 +40,7 @@ from typing import Any
 
 import torch
 
-from .spec import LINEAR_KERNELS
+from .spec import LINEAR_KERNELS, check_min_rows
 
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 #: float32 passes of fewer rows stay on aten, whose small-row kernel is as fast as one row up to 3 rows (the
@@ -98,17 +103,19 @@ def resolve_kernels(model: Any, choice: str) -> str:
     return choice
 
 
-def use_linear_kernels(model: Any, choice: str, rows: int = 5) -> Any:
+def use_linear_kernels(model: Any, choice: str, rows: int = 5, min_rows: int | None = None) -> Any:
     """Put ``model``'s linear layers on the kernels ``choice`` resolves to, in place; returns ``model``.
 
-    ``rows`` is the packing's row-count hint (a chain round verifies K+1 = 5 rows at the default K=4); ``aten``
-    on a wrapped model restores plain ``nn.Linear`` modules.
+    ``rows`` is the packing's row-count hint (a chain round verifies K+1 = 5 rows at the default K=4); ``min_rows``
+    the rows from which a pass uses the packed copy (None: :data:`FLOAT32_MIN_ROWS` in float32, 1 in bfloat16);
+    ``aten`` on a wrapped model restores plain ``nn.Linear`` modules.
     """
     kind = resolve_kernels(model, choice)
+    min_rows = check_min_rows(min_rows)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if kind == "onednn" and type(child) is torch.nn.Linear:
-                setattr(parent, name, PackedLinear.wrap(child, rows))
+                setattr(parent, name, PackedLinear.wrap(child, rows, min_rows))
             elif kind == "aten" and isinstance(child, PackedLinear):
                 setattr(parent, name, child.unwrap())
     return model
@@ -132,11 +139,12 @@ class PackedLinear(torch.nn.Linear):
     """An ``nn.Linear`` that also keeps a oneDNN-packed copy of its weight (neither a parameter nor a buffer)."""
 
     rows_hint: int = 5
+    min_rows_set: int | None = None  # ``min_rows`` chosen by the caller (None: the dtype's default)
 
     @classmethod
-    def wrap(cls, lin: torch.nn.Linear, rows: int = 5) -> PackedLinear:
+    def wrap(cls, lin: torch.nn.Linear, rows: int = 5, min_rows: int | None = None) -> PackedLinear:
         new = _linear_like(cls, lin)
-        new.rows_hint = int(rows)
+        new.rows_hint, new.min_rows_set = int(rows), check_min_rows(min_rows)
         new._packed, new._packed_of = None, None
         return new
 
@@ -145,7 +153,10 @@ class PackedLinear(torch.nn.Linear):
 
     @property
     def min_rows(self) -> int:
-        """Rows from which the packed copy is used (measured per dtype; see the module docstring)."""
+        """Rows from which the packed copy is used: the caller's ``min_rows``, else measured per dtype (see the
+        module docstring)."""
+        if self.min_rows_set is not None:
+            return self.min_rows_set
         return 1 if self.weight.dtype == torch.bfloat16 else FLOAT32_MIN_ROWS
 
     def _pack(self) -> torch.Tensor:

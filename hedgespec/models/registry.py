@@ -47,10 +47,12 @@ def load_target(name_or_cfg: str | TargetSpec | dict[str, Any] | Any, **override
 
 
 def _computing(model: Any, spec: TargetSpec) -> Any:
-    """The loaded model cast to ``spec.compute_dtype``, its linear layers on ``spec.linear_kernels``."""
+    """The loaded model cast to ``spec.compute_dtype``, its linear layers on ``spec.linear_kernels`` (packed from
+    ``spec.packed_min_rows`` rows on)."""
     from .linear_kernels import use_linear_kernels  # lazy: imports torch
 
-    return use_linear_kernels(cast_for_compute(model, spec.compute_dtype), spec.linear_kernels)
+    model = cast_for_compute(model, spec.compute_dtype)
+    return use_linear_kernels(model, spec.linear_kernels, min_rows=spec.packed_min_rows)
 
 
 def cast_for_compute(model: Any, compute_dtype: str | None) -> Any:

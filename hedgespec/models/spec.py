@@ -38,6 +38,18 @@ class TinyArch:
     tie_word_embeddings: bool = True
 
 
+def check_min_rows(min_rows: Any) -> int | None:
+    """``target.packed_min_rows`` as an int >= 1, or None (the dtype's default); anything else is named."""
+    if min_rows is None:
+        return None
+    if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
+        raise ValueError(
+            f"target packed_min_rows={min_rows!r} must be an int >= 1 (the rows from which a pass uses the "
+            "oneDNN-packed weights) or null (float32: 4, bfloat16: 1)"
+        )
+    return min_rows
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     """How to obtain one target.
@@ -57,6 +69,9 @@ class TargetSpec:
         linear_kernels: ``auto`` | ``onednn`` | ``aten``: the kernels of the target's linear layers on CPU
             (:mod:`hedgespec.models.linear_kernels`; default ``aten``: oneDNN-packed weights make passes of 4+
             rows cheaper on one thread, not on two, and hold the linear weights twice).
+        packed_min_rows: with ``onednn``, the rows from which a pass uses the packed weights (``None``: float32 4,
+            bfloat16 1; ``1`` packs every pass, plain decoding's one-row steps included). The crossover depends
+            on the CPU (docs/engine.md).
         device: torch device string for the loaded model.
         seed: initialisation seed (kind ``tiny``).
         arch: architecture (kind ``tiny``).
@@ -76,6 +91,7 @@ class TargetSpec:
     dtype: str = "float32"
     compute_dtype: str | None = None
     linear_kernels: str = "aten"
+    packed_min_rows: int | None = None
     device: str = "cpu"
     seed: int = 0
     arch: TinyArch = field(default_factory=TinyArch)
@@ -99,6 +115,7 @@ class TargetSpec:
             raise ValueError(
                 f"target linear_kernels={self.linear_kernels!r} is unknown; expected one of {LINEAR_KERNELS}"
             )
+        check_min_rows(self.packed_min_rows)
         if self.num_layers is not None and (isinstance(self.num_layers, bool) or int(self.num_layers) < 1):
             raise ValueError(f"target num_layers={self.num_layers!r} must be a positive layer count (or null)")
         check_thinking(self.thinking, self.name)
