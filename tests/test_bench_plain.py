@@ -7,8 +7,10 @@ import torch
 from _bench_helpers import compose_bench, inject, tiny_stack
 
 from hedgespec.bench.metrics import validate_result
-from hedgespec.bench.runners import run_bench
+from hedgespec.bench.runners import EngineRunner, run_bench
 from hedgespec.bench.tables import collection_table, run_table
+from hedgespec.bench.workloads import load_workload
+from hedgespec.build import build
 from hedgespec.decoding import SamplingParams
 from hedgespec.engine.plain import plain_generate
 from hedgespec.fixtures import greedy_reference
@@ -69,3 +71,31 @@ def test_selector_none_is_plain_decoding():
 def test_selector_none_refuses_what_it_cannot_do(extra):
     with pytest.raises(ValueError, match="selector=none decodes with the target alone"):
         run_bench(compose_bench(BASE + ["selector=none", *extra]), **inject())
+
+
+def test_warmup_request_is_untimed_and_unseen_by_the_runs_selector():
+    """An untimed warm-up request runs first (speculative and plain); the run's selector never sees it: the
+    running prior (each request starts from the mean of earlier requests' final weights) has recorded no request
+    after the warm-up and exactly one after the first timed request, and the timed records equal a cold run's."""
+    cfg = compose_bench(["workload=prompts", "selector=hedgespec_running", "warmup_tokens=4"])
+    runner = EngineRunner(cfg, build(cfg, **inject()))
+    selector = runner.engine.selector
+    req = load_workload(cfg["workload"], cfg["data"], 0)[0]
+    runner.warmup(req, 4)
+    assert runner.engine.selector is selector and selector.prior_source.count == 0
+    runner.run_one(req, 0, False, True, None)
+    assert selector.prior_source.count == 1
+
+    cold = run_bench(compose_bench(["workload=prompts", "selector=hedgespec_running", "warmup_tokens=0"]), **inject())
+    warm = run_bench(cfg, **inject())
+    assert "warmup_s" not in cold["timing"] and warm["timing"]["warmup_s"] > 0
+    for a, b in zip(cold["requests"], warm["requests"], strict=True):
+        assert (a["request_id"], a["chosen"], a["accepted"]) == (b["request_id"], b["chosen"], b["accepted"])
+    plain = run_bench(compose_bench(BASE + ["selector=none", "warmup_tokens=4"]), **inject())
+    assert plain["timing"]["warmup_s"] > 0 and plain["aggregate"]["n_requests"] == 3
+
+
+@pytest.mark.parametrize("bad", ["-1", "x", "1.5", "true"])
+def test_bad_warmup_tokens_is_named(bad):
+    with pytest.raises(ValueError, match="warmup_tokens"):
+        run_bench(compose_bench(BASE + ["selector=none", f"warmup_tokens={bad}"]), **inject())

@@ -15,6 +15,7 @@ receives ``RequestContext.best_drafter``'s value from that probe.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
@@ -156,6 +157,25 @@ class EngineRunner:
             rec["matches_plain"] = spec_tokens == res.tokens
         return rec
 
+    def warmup(self, req: BenchRequest, tokens: int) -> None:
+        """An untimed request of ``tokens`` tokens on ``req``'s prompt, through the engine and (with
+        ``plain_baseline``) plain decoding, so that one-time costs (kernel set-up, packed weights, first
+        allocations) land on neither side of the timed runs. A copy of the selector runs it: the run's selector
+        (e.g. a running prior over earlier requests) never sees the warm-up."""
+        ids_list, _ = encode_prompt(
+            self.built.tokenizer, req.prompt, bool(self.cfg.get("chat_template", True)), self.max_prompt
+        )
+        ids, n = torch.tensor(ids_list, dtype=torch.long), min(tokens, self.max_new)
+        ctx = RequestContext(request_id="warmup", prompt=req.prompt, domain=req.domain, best_drafter=0)
+        selector = self.engine.selector
+        self.engine.selector = copy.deepcopy(selector)
+        try:
+            self.engine.generate(ids, n, self.sampling(0), ctx=ctx)
+        finally:
+            self.engine.selector = selector
+        if self.cfg.get("plain_baseline", True):
+            plain_generate(self.built.model, ids, n, self.sampling(0), self.built.eos_token_id)
+
     def run_one(
         self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None
     ) -> dict[str, Any]:
@@ -217,6 +237,16 @@ class PlainRunner:
             raise ValueError(
                 f"max_new_tokens={self.max_new} leaves no room for a prompt in the target context ({ctx_len})"
             )
+
+    def warmup(self, req: BenchRequest, tokens: int) -> None:
+        """An untimed plain decoding of ``tokens`` tokens on ``req``'s prompt (as :meth:`EngineRunner.warmup`)."""
+        ids_list, _ = encode_prompt(
+            self.tokenizer, req.prompt, bool(self.cfg.get("chat_template", True)), self.max_prompt
+        )
+        sampling = self.sampling_of_run.with_seed(int(self.cfg.get("seed", 0)) * 100_003)
+        plain_generate(
+            self.model, torch.tensor(ids_list, dtype=torch.long), min(tokens, self.max_new), sampling, self.eos
+        )
 
     def run_one(
         self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None
@@ -364,6 +394,9 @@ def _check_run(cfg: Mapping[str, Any], drafters: Any) -> str:
     backend = (cfg.get("backend") or {}).get("name")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected backend=engine or backend=server")
+    warm = cfg.get("warmup_tokens", 0)
+    if warm is not None and (isinstance(warm, bool) or not isinstance(warm, int) or warm < 0):
+        raise ValueError(f"warmup_tokens must be an int >= 0 (0: no warm-up request), got {warm!r}")
     check_selector_config(cfg)
     if cfg["selector"]["name"] == PLAIN:
         if backend != "engine" or _needs_oracle(cfg):
@@ -545,6 +578,11 @@ def run_bench(
     else:
         runner, pool, info = _server_runner(cfg, tokenizer)
     conc = int(cfg["backend"].get("concurrency", 1)) if backend == "server" else 1
+    warm = int(cfg.get("warmup_tokens") or 0)
+    if warm and requests and hasattr(runner, "warmup"):  # the server warms itself up at start
+        t = time.perf_counter()
+        runner.warmup(requests[0], warm)
+        timing["warmup_s"] = time.perf_counter() - t
     t = time.perf_counter()
     records = _run_requests(cfg, runner, requests, conc, progress)
     timing["run_s"] = time.perf_counter() - t
