@@ -158,3 +158,57 @@ def test_every_drafter_failing_falls_back_to_plain_decoding(model, monkeypatch):
     # after the heads are dropped, evaluation never runs them again
     last_drop = max(j for j, c in enumerate(calls) if len(c) == 1)
     assert all(len(c) >= 1 for c in calls[: last_drop + 1]) and len(calls) == last_drop + 1
+
+
+def test_prefill_runs_the_output_heads_on_the_last_row_only(model):
+    """A prefill needs every prompt row's keys and values but the logits of the last row: the target's output
+    head and the drafters' lm_heads run on one row, and the caches and the next evaluation equal those left by
+    evaluating the prompt rows with all their logits (the path a prefill took before)."""
+    from hedgespec.engine.eagle3 import stacked_forward
+
+    heads = _heads(model)
+    seq = torch.tensor([3, 9, 27, 17, 51, 1, 2, 60, 33, 8, 12])
+    tgt = TargetModel(model, DrafterPool(heads, model).capture_ids)
+    rows_seen = []
+    hook = model.lm_head.register_forward_pre_hook(lambda _m, a: rows_seen.append(a[0].shape[-2]))
+    try:
+        last, f_last = tgt.prefill(seq, last_logits=True)
+        full, f_full = tgt.prefill(seq)
+    finally:
+        hook.remove()
+    assert rows_seen == [1, len(seq)] and last.shape == (1, full.shape[1])
+    assert torch.allclose(last[0], full[-1], atol=1e-5) and torch.equal(f_last, f_full)
+
+    emb = tgt.embed(seq)
+    fast, slow = DrafterPool(heads, model), DrafterPool(heads, model)
+    fast.prefill(seq[1:7], f_full[:6], emb[1:7][None])
+    slow.reset()
+    slow.evaluate(seq[1:7], f_full[:6], emb[1:7][None])
+    assert torch.equal(fast.k, slow.k) and torch.equal(fast.v, slow.v)
+    a = fast.evaluate(seq[7:11], f_full[6:10], emb[7:11][None])
+    b = slow.evaluate(seq[7:11], f_full[6:10], emb[7:11][None])
+    assert torch.equal(a, b)
+
+    w, t = fast.w, 6
+    cos, sin = fast.rope(torch.arange(t))
+    args = (w, fast.eps, fast.n_heads, fast.n_kv, emb[1:7][None], fast.features(f_full[:6], range(4)), True)
+    whole = stacked_forward(*args, cos, sin, None, None, None)
+    tail = stacked_forward(*args, cos, sin, None, None, None, logits_rows=2)
+    assert tail[0].shape[1] == 2 and torch.allclose(tail[0], whole[0][:, -2:], atol=1e-6)
+    assert all(torch.equal(x, y) for x, y in zip(tail[1:], whole[1:], strict=True))
+
+
+@pytest.mark.parametrize("special", [float("nan"), float("inf"), float("-inf")])
+def test_check_finite_finds_one_bad_logit(special):
+    from hedgespec.engine.verify import check_finite
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 1000, generator=g) * 30
+    check_finite(x, "target (verification)")
+    check_finite(x[:0], "target (verification)")
+    for r, c in ((0, 0), (4, 999), (2, 517)):
+        y = x.clone()
+        y[r, c] = special
+        assert not bool(torch.isfinite(y).all())
+        with pytest.raises(ValueError, match=r"target \(verification\) produced non-finite"):
+            check_finite(y, "target (verification)")

@@ -321,6 +321,7 @@ def stacked_forward(
     past_k: torch.Tensor | None,
     past_v: torch.Tensor | None,
     mask: torch.Tensor | None,
+    logits_rows: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """One EAGLE-3 midlayer pass for N stacked heads at once.
 
@@ -333,9 +334,12 @@ def stacked_forward(
         cos, sin: rotary tables [T, d] for the T rows' positions.
         past_k, past_v: [N, kv_heads, L, d] cached rows (or None).
         mask: bool [T, L+T], True = may attend; None = plain causal over the new rows.
+        logits_rows: the output head runs on the last ``logits_rows`` rows only (None: all T); a prefill or a
+            catch-up needs the keys and values of every row but the logits of few.
 
     Returns:
-        draft logits [N, T, V_d], pre-norm hidden [N, T, H], new keys and values [N, kv_heads, T, d].
+        draft logits [N, T, V_d] ([N, logits_rows, V_d]), pre-norm hidden [N, T, H], new keys and values
+        [N, kv_heads, T, d].
     """
     n, t = hidden.shape[0], hidden.shape[1]
     h = _mm(hidden, w["fc"]) if from_target else hidden
@@ -355,7 +359,8 @@ def stacked_forward(
     a = h + _mm(attn.transpose(1, 2).reshape(n, t, n_heads * d), w["o"])
     m = rms_norm(a, w["ln_post"], eps)
     out = a + _mm(F.silu(_mm(m, w["gate"])) * _mm(m, w["up"]), w["down"])
-    logits = _mm(rms_norm(out, w["norm"], eps), w["lm_head"])
+    last = out if logits_rows is None or logits_rows >= t else out[:, t - logits_rows :]
+    logits = _mm(rms_norm(last, w["norm"], eps), w["lm_head"])
     return logits, out, k, v
 
 

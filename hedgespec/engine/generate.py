@@ -243,7 +243,7 @@ class SpeculativeEngine:
 
         Returns the first token (the first root) and its pending feature f_{c-1}.
         """
-        logits, feats = self.target.prefill(prompt)
+        logits, feats = self.target.prefill(prompt, last_logits=True)
         check_finite(logits[-1:], "target (prefill)")
         first = samp.pick(logits[-1])
         self.pool.prefill(prompt[1:], feats[:-1], self._emb(prompt[1:])[None])

@@ -161,10 +161,12 @@ class DrafterPool:
         extra_v: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         upto: int | None = None,
+        logits_rows: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Forward heads ``idx`` over T new rows after cached rows ``[:upto]`` (+ uncommitted ``extra`` rows).
 
-        Returns draft logits [n, T, V_d] (invalid draft ids at −inf), hidden [n, T, H], new k, v.
+        Returns draft logits [n, T, V_d] (invalid draft ids at −inf; the last ``logits_rows`` rows only when
+        given), hidden [n, T, H], new k, v.
         """
         sel = list(idx)
         all_heads = sel == list(range(self.n))
@@ -187,7 +189,7 @@ class DrafterPool:
         cos, sin = self.rope(positions)
         emb, hidden = emb.to(self.dtype), hidden.to(self.dtype)
         logits, out, k, v = stacked_forward(
-            w, self.eps, self.n_heads, self.n_kv, emb, hidden, from_target, cos, sin, pk, pv, mask
+            w, self.eps, self.n_heads, self.n_kv, emb, hidden, from_target, cos, sin, pk, pv, mask, logits_rows
         )
         logits = logits.float()
         if self._padded:
@@ -209,8 +211,11 @@ class DrafterPool:
     def prefill(self, tokens: torch.Tensor, feats: torch.Tensor, emb: torch.Tensor) -> None:
         """Fill all caches with the committed rows (tokens x_{t+1}, features f_t), t = 0..T-1."""
         self.reset()
-        if tokens.shape[0]:
-            self.evaluate(tokens, feats, emb)
+        t = int(tokens.shape[0])
+        if emb.dim() != 3 or emb.shape[0] != 1 or emb.shape[1] != t:
+            raise ValueError(f"emb must be the rows' token embeddings [1, {t}, H], got shape {tuple(emb.shape)}")
+        if t:  # every row's keys and values; the output heads run on the last row only (its non-finite check)
+            self._advance([i for i in range(self.n) if self.alive[i]], emb[0], feats, need=1)
 
     def evaluate(self, tokens: torch.Tensor, feats: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
         """Append T verified rows to every live head in one batched pass; return their logits [N, T, V_d].
@@ -254,10 +259,14 @@ class DrafterPool:
     def _filled(self, i: int) -> int:
         return min(self.filled[i], self.length)  # a caller may have swapped in a shorter cache (engine/bench.py)
 
-    def _advance(self, idx: list[int], emb: torch.Tensor | None, feats: torch.Tensor | None) -> torch.Tensor:
+    def _advance(
+        self, idx: list[int], emb: torch.Tensor | None, feats: torch.Tensor | None, need: int | None = None
+    ) -> torch.Tensor:
         """Live heads ``idx`` over their missed rows, then the new rows (emb [T, H], feats [T, F]; None: none).
 
-        Returns the new rows' logits [len(idx), T, V_d], NaN for a head dropped on the way.
+        Returns the new rows' logits [len(idx), T, V_d] (the last ``need`` rows only when given), NaN for a head
+        dropped on the way. The output heads run on the returned rows only (at least one row, which the
+        non-finite check reads), unless an observer reads the caught-up rows' logits too.
         """
         t0, t = self.length, 0 if emb is None else int(emb.shape[0])
         if not idx:
@@ -267,8 +276,10 @@ class DrafterPool:
         m = min(self._filled(i) for i in idx)
         span_emb, span_feat = self._span(m, t0, emb, feats)
         pos = torch.arange(m, t0 + t)
+        rows = None if self.observer is not None else max(1, t if need is None else min(need, t))
         try:  # one batched pass over the heads' missed rows and the new rows
-            lg, _, k, v = self.run(idx, span_emb[None], self.features(span_feat, idx), True, pos, upto=m)
+            feat = self.features(span_feat, idx)
+            lg, _, k, v = self.run(idx, span_emb[None], feat, True, pos, upto=m, logits_rows=rows)
             ok = not self._nonfinite(lg)
         except Exception:  # noqa: BLE001 - isolate the failing head(s) below
             ok = False
@@ -276,7 +287,7 @@ class DrafterPool:
             self._store(idx, m, k, v)
             if self.observer is not None:
                 self.observer(idx, m, lg)
-            out = lg[:, lg.shape[1] - t :]
+            out = lg[:, lg.shape[1] - (t if need is None else min(need, t)) :]
         else:
             out = self._advance_each(idx, span_emb, span_feat, m, t)
         self._keep_log(emb, feats)

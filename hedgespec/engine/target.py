@@ -14,6 +14,7 @@ EAGLE-3 feature capture.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +45,8 @@ class TargetModel:
         self.length = 0  # committed tokens in the cache
         self._layers = _decoder_layers(model)
         self._captured: dict[int, torch.Tensor] = {}
+        # transformers' causal LMs can compute the output head for the last rows only (a prefill needs one)
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     def _hook(self, i: int):
         def capture(_module: Any, _inputs: Any, output: Any) -> None:
@@ -64,7 +67,11 @@ class TargetModel:
 
     @torch.no_grad()
     def forward(
-        self, tokens: torch.Tensor, depth: torch.Tensor | None = None, tree_mask: torch.Tensor | None = None
+        self,
+        tokens: torch.Tensor,
+        depth: torch.Tensor | None = None,
+        tree_mask: torch.Tensor | None = None,
+        last_logits: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Run new rows after the committed prefix; they are appended to the cache *uncommitted*.
 
@@ -72,15 +79,20 @@ class TargetModel:
             tokens: [T] token ids.
             depth: [T] offsets of each row from the committed length (default 0..T-1: a chain).
             tree_mask: [T, T] bool, row r may attend row c (ancestors incl. itself); default causal.
+            last_logits: return the last row's logits only ([1, V]); the output head then runs on that row alone
+                where the model supports it (``logits_to_keep``), as ``transformers``' ``generate`` prefills.
 
         Returns:
-            logits [T, V] (float32) and aux features [T, n_aux·H] (float32; empty when no ids).
+            logits [T, V] (float32; [1, V] with ``last_logits``) and aux features [T, n_aux·H] (float32; empty
+            when no ids).
         """
         t = int(tokens.shape[0])
         if depth is None:
             depth = torch.arange(t)
         pos = (self.length + depth).to(self.device)
         kwargs: dict[str, Any] = {}
+        if last_logits and self._keeps_logits:
+            kwargs["logits_to_keep"] = 1
         if tree_mask is not None:
             full = torch.ones(t, self.length + t, dtype=torch.bool, device=self.device)
             full[:, self.length :] = tree_mask.to(self.device)
@@ -96,7 +108,7 @@ class TargetModel:
             for h in hooks:
                 h.remove()
         self.cache = out.past_key_values
-        logits = out.logits[0].float()
+        logits = (out.logits[0, -1:] if last_logits else out.logits[0]).float()
         if self.aux_layer_ids and self._layers is not None:  # decoder-layer outputs (pre-norm, as SGLang)
             feats = torch.cat([self._captured[i][0] for i in self.aux_layer_ids], dim=-1).float()
             self._captured.clear()
@@ -117,10 +129,11 @@ class TargetModel:
         )
 
     @torch.no_grad()
-    def prefill(self, prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reset, run the prompt and commit it; returns its logits and features."""
+    def prefill(self, prompt: torch.Tensor, last_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reset, run the prompt and commit it; returns its logits (the last row's only with ``last_logits``)
+        and features."""
         self.reset()
-        logits, feats = self.forward(prompt)
+        logits, feats = self.forward(prompt, last_logits=last_logits)
         self.length = int(prompt.shape[0])
         return logits, feats
 
