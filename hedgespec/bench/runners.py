@@ -124,6 +124,16 @@ def encode_prompt(tokenizer: Any, prompt: str, chat_template: bool, max_tokens: 
     return ids, False
 
 
+def request_ids(cfg: Mapping[str, Any], tokenizer: Any, req: BenchRequest, max_tokens: int) -> tuple[list[int], bool]:
+    """:func:`encode_prompt` of a bench request with the run's ``chat_template`` setting."""
+    return encode_prompt(tokenizer, req.prompt, bool(cfg.get("chat_template", True)), max_tokens)
+
+
+def request_seed(cfg: Mapping[str, Any], j: int) -> int:
+    """Request ``j``'s sampling seed, derived from the run seed (speculative and plain decoding alike)."""
+    return int(cfg.get("seed", 0)) * 100_003 + j
+
+
 class EngineRunner:
     """Batch-1 requests through the reference engine; one engine per run, fresh selector state per request."""
 
@@ -143,7 +153,7 @@ class EngineRunner:
 
     def sampling(self, j: int) -> SamplingParams:
         """Request ``j``'s sampling settings: the run's, with a per-request seed derived from the run seed."""
-        return self.built.sampling.with_seed(int(self.cfg.get("seed", 0)) * 100_003 + j)
+        return self.built.sampling.with_seed(request_seed(self.cfg, j))
 
     def plain(self, ids: torch.Tensor, j: int, spec_tokens: list[int] | None = None) -> dict[str, Any]:
         """Plain decoding of the same request right after it (same ids, length, sampling and stopping rule).
@@ -162,9 +172,7 @@ class EngineRunner:
         ``plain_baseline``) plain decoding, so that one-time costs (kernel set-up, packed weights, first
         allocations) land on neither side of the timed runs. A copy of the selector runs it: the run's selector
         (e.g. a running prior over earlier requests) never sees the warm-up."""
-        ids_list, _ = encode_prompt(
-            self.built.tokenizer, req.prompt, bool(self.cfg.get("chat_template", True)), self.max_prompt
-        )
+        ids_list, _ = request_ids(self.cfg, self.built.tokenizer, req, self.max_prompt)
         ids, n = torch.tensor(ids_list, dtype=torch.long), min(tokens, self.max_new)
         ctx = RequestContext(request_id="warmup", prompt=req.prompt, domain=req.domain, best_drafter=0)
         selector = self.engine.selector
@@ -179,9 +187,7 @@ class EngineRunner:
     def run_one(
         self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None
     ) -> dict[str, Any]:
-        ids_list, truncated = encode_prompt(
-            self.built.tokenizer, req.prompt, bool(self.cfg.get("chat_template", True)), self.max_prompt
-        )
+        ids_list, truncated = request_ids(self.cfg, self.built.tokenizer, req, self.max_prompt)
         ids = torch.tensor(ids_list, dtype=torch.long)
         best = mats = None
         t = time.perf_counter()
@@ -240,21 +246,21 @@ class PlainRunner:
 
     def warmup(self, req: BenchRequest, tokens: int) -> None:
         """An untimed plain decoding of ``tokens`` tokens on ``req``'s prompt (as :meth:`EngineRunner.warmup`)."""
-        ids_list, _ = encode_prompt(
-            self.tokenizer, req.prompt, bool(self.cfg.get("chat_template", True)), self.max_prompt
-        )
-        sampling = self.sampling_of_run.with_seed(int(self.cfg.get("seed", 0)) * 100_003)
-        plain_generate(
-            self.model, torch.tensor(ids_list, dtype=torch.long), min(tokens, self.max_new), sampling, self.eos
-        )
+        ids_list, _ = request_ids(self.cfg, self.tokenizer, req, self.max_prompt)
+        ids = torch.tensor(ids_list, dtype=torch.long)
+        plain_generate(self.model, ids, min(tokens, self.max_new), self.sampling(0), self.eos)
+
+    def sampling(self, j: int) -> SamplingParams:
+        """Request ``j``'s sampling settings (as :meth:`EngineRunner.sampling`)."""
+        return self.sampling_of_run.with_seed(request_seed(self.cfg, j))
 
     def run_one(
         self, req: BenchRequest, j: int, need_oracle: bool, save_rounds: bool, trace_path: str | None
     ) -> dict[str, Any]:
-        chat = bool(self.cfg.get("chat_template", True))
-        ids_list, truncated = encode_prompt(self.tokenizer, req.prompt, chat, self.max_prompt)
-        sampling = self.sampling_of_run.with_seed(int(self.cfg.get("seed", 0)) * 100_003 + j)
-        res = plain_generate(self.model, torch.tensor(ids_list, dtype=torch.long), self.max_new, sampling, self.eos)
+        ids_list, truncated = request_ids(self.cfg, self.tokenizer, req, self.max_prompt)
+        res = plain_generate(
+            self.model, torch.tensor(ids_list, dtype=torch.long), self.max_new, self.sampling(j), self.eos
+        )
         gen = max(len(res.tokens) - 1, 0)  # as the engine counts: after the prefill's first token
         rec = request_metrics(
             request_id=req.request_id,

@@ -276,7 +276,8 @@ class DrafterPool:
         m = min(self._filled(i) for i in idx)
         span_emb, span_feat = self._span(m, t0, emb, feats)
         pos = torch.arange(m, t0 + t)
-        rows = None if self.observer is not None else max(1, t if need is None else min(need, t))
+        keep = t if need is None else min(need, t)  # the rows whose logits are returned
+        rows = None if self.observer is not None else max(1, keep)
         try:  # one batched pass over the heads' missed rows and the new rows
             feat = self.features(span_feat, idx)
             lg, _, k, v = self.run(idx, span_emb[None], feat, True, pos, upto=m, logits_rows=rows)
@@ -287,7 +288,7 @@ class DrafterPool:
             self._store(idx, m, k, v)
             if self.observer is not None:
                 self.observer(idx, m, lg)
-            out = lg[:, lg.shape[1] - (t if need is None else min(need, t)) :]
+            out = lg[:, lg.shape[1] - keep :]
         else:
             out = self._advance_each(idx, span_emb, span_feat, m, t)
         self._keep_log(emb, feats)
