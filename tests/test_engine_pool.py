@@ -212,3 +212,108 @@ def test_check_finite_finds_one_bad_logit(special):
         assert not bool(torch.isfinite(y).all())
         with pytest.raises(ValueError, match=r"target \(verification\) produced non-finite"):
             check_finite(y, "target (verification)")
+
+
+def test_the_pending_row_rides_along_a_pass_and_equals_a_draft_step(model):
+    """A pass given the next pending row commits exactly what a pass without it commits, and hands head i the
+    forward of that row, equal to head i's own first draft step from it; only for that root token, at that
+    length, to the heads the pass ran, until the next pass."""
+    heads = _heads(model)
+    seq = torch.tensor([3, 9, 27, 17, 51, 1, 2, 60, 33, 8, 12, 44, 5])
+    tgt = TargetModel(model, DrafterPool(heads, model).capture_ids)
+    _, feats = tgt.prefill(seq)
+    emb = tgt.embed(seq)
+    ride, plain = DrafterPool(heads, model), DrafterPool(heads, model)
+    ride.prefill(seq[1:7], feats[:6], emb[1:7][None], (int(seq[7]), feats[6], emb[7]))
+    plain.prefill(seq[1:7], feats[:6], emb[1:7][None])
+    assert torch.allclose(ride.k, plain.k, atol=1e-6) and ride.length == plain.length == 6
+    assert ride.root_row(0, int(seq[7])) is not None
+
+    got = ride.evaluate(seq[7:10], feats[6:9], emb[7:10][None], (int(seq[10]), feats[9], emb[10]))
+    ref = plain.evaluate(seq[7:10], feats[6:9], emb[7:10][None])
+    assert got.shape == ref.shape and torch.allclose(got, ref, atol=1e-5)
+    assert torch.allclose(ride.k, plain.k, atol=1e-5) and torch.allclose(ride.v, plain.v, atol=1e-5)
+    assert ride.length == plain.length == 9
+    assert ride.root_row(0, int(seq[7])) is None  # the prefill's row is stale
+    for i in range(len(heads)):
+        step = ride.root_row(i, int(seq[10]))
+        own = plain.run([i], emb[10][None, None], plain.features(feats[9][None], [i]), True, torch.tensor([9]))
+        assert step is not None and len(step) == len(own) == 4
+        for a, b in zip(step, own, strict=True):
+            assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5), i
+    assert ride.root_row(0, int(seq[10]) + 1) is None  # another root token
+
+    ride.extend([2], seq[10:12], feats[9:11], emb[10:12][None], (int(seq[12]), feats[11], emb[12]))
+    assert ride.root_row(2, int(seq[12])) is not None
+    assert ride.root_row(0, int(seq[12])) is None  # not run by that pass (and behind)
+    with pytest.warns(RuntimeWarning, match="dropped"):
+        ride.drop(2, "raised in a test")
+    assert ride.root_row(2, int(seq[12])) is None
+    ride.reset()
+    assert ride.root_row(2, int(seq[12])) is None
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 0.3])
+def test_chains_draft_k_tokens_in_k_minus_1_head_forwards(model, monkeypatch, epsilon):
+    """With the first draft step riding along the pool pass, a chain round runs K − 1 head forwards after the
+    pass, and decodes exactly as drafting all K steps itself: same output (the target's greedy one), rounds,
+    choices and γ. Label-efficient rounds (ε < 1) extend the chosen head only, so the next round saves its
+    step only when it chooses that head again."""
+    from hedgespec.engine import pool as pool_mod
+
+    heads, k = _heads(model), 3
+    prompt = torch.tensor([[1, 5, 7, 9, 3]])
+    runs: list[int] = []
+    real_run = pool_mod.DrafterPool.run
+
+    def counting_run(self, idx, emb, *a, **kw):
+        runs.append(int(emb.shape[1]))
+        return real_run(self, idx, emb, *a, **kw)
+
+    def decode():
+        eng = SpeculativeEngine(model, heads, make_selector("hedgespec", epsilon=epsilon, seed=1), decoding("chain", k))
+        runs.clear()
+        out, stats = eng.generate(prompt, 20, GREEDY)
+        return out, stats, eng.last_trace, list(runs)
+
+    monkeypatch.setattr(pool_mod.DrafterPool, "run", counting_run)
+    out, stats, trace, calls = decode()
+    monkeypatch.setattr(pool_mod.DrafterPool, "root_row", lambda self, i, token: None)
+    out0, stats0, trace0, calls0 = decode()
+
+    assert torch.equal(out, greedy_reference(model, prompt, 20)) and torch.equal(out, out0)
+    assert stats.accepted_per_round == stats0.accepted_per_round
+    assert [r["chosen"] for r in trace.rounds] == [r["chosen"] for r in trace0.rounds]
+    assert np.allclose(
+        np.array(trace.gamma, dtype=float), np.array(trace0.gamma, dtype=float), atol=1e-5, equal_nan=True
+    )
+    rounds = len(stats.accepted_per_round)
+    one_row = calls.count(1)  # draft steps (a pass over one new row happens only at the budget's edge)
+    saved = calls0.count(1) - one_row
+    if epsilon == 1.0:
+        assert saved == rounds  # one head forward saved in every round
+    else:
+        skipped = sum(1 for r in trace.rounds if not r.get("evaluated", True))
+        assert skipped > 0 and 0 < saved < rounds
+
+
+def test_one_query_row_in_bfloat16_attends_in_float32():
+    """A draft step's one-row attention in bfloat16 is computed in float32 from the same bfloat16 values (SDPA's
+    bfloat16 path is slower there): equal to float32 SDPA of those values, close to the bfloat16 path; several
+    rows keep the bfloat16 path."""
+    import torch.nn.functional as F
+
+    from hedgespec.engine.eagle3 import _attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, t, 64, generator=g).bfloat16() for h, t in ((9, 1), (3, 20), (3, 20)))
+    mask = torch.ones(1, 20, dtype=torch.bool)
+    out = _attention(q, k, v, mask, True)
+    up = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=True)
+    low = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, up.bfloat16())
+    assert torch.allclose(out.float(), low.float(), atol=3e-2)
+    q3 = torch.randn(2, 9, 3, 64, generator=g).bfloat16()
+    mask3 = torch.ones(3, 20, dtype=torch.bool).tril(diagonal=17)
+    low3 = F.scaled_dot_product_attention(q3, k, v, attn_mask=mask3, enable_gqa=True)
+    assert torch.equal(_attention(q3, k, v, mask3, True), low3)

@@ -308,6 +308,16 @@ def _mm(x: torch.Tensor, w: Any) -> torch.Tensor:
     return torch.bmm(x, w) if isinstance(w, torch.Tensor) else w.bmm(x)
 
 
+def _attention(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor, gqa: bool) -> torch.Tensor:
+    """Scaled dot-product attention; one query row in a reduced-precision dtype on CPU is computed in float32 from
+    the same values: SDPA's bfloat16 path costs about 3x more there for one row (a draft step) and no less for
+    several (``docs/results/cpu_k/epyc/lowrank_packed/attention_dtype.log``)."""
+    if q.shape[2] == 1 and q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+        out = F.scaled_dot_product_attention(q.float(), keys.float(), vals.float(), attn_mask=mask, enable_gqa=gqa)
+        return out.to(q.dtype)
+    return F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, enable_gqa=gqa)
+
+
 def stacked_forward(
     w: dict[str, torch.Tensor],
     eps: float,
@@ -355,7 +365,7 @@ def stacked_forward(
     if mask is None:
         past = keys.shape[2] - t
         mask = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(diagonal=past)
-    attn = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, enable_gqa=n_heads != n_kv)
+    attn = _attention(q, keys, vals, mask, n_heads != n_kv)
     a = h + _mm(attn.transpose(1, 2).reshape(n, t, n_heads * d), w["o"])
     m = rms_norm(a, w["ln_post"], eps)
     out = a + _mm(F.silu(_mm(m, w["gate"])) * _mm(m, w["up"]), w["down"])

@@ -246,7 +246,9 @@ class SpeculativeEngine:
         logits, feats = self.target.prefill(prompt, last_logits=True)
         check_finite(logits[-1:], "target (prefill)")
         first = samp.pick(logits[-1])
-        self.pool.prefill(prompt[1:], feats[:-1], self._emb(prompt[1:])[None])
+        emb = self._emb(torch.cat([prompt[1:], torch.tensor([first])]))
+        root = (first, feats[-1], emb[-1]) if self.mode == "chain" else None  # the first draft step rides along
+        self.pool.prefill(prompt[1:], feats[:-1], emb[None, :-1], root)
         return first, feats[-1]
 
     def _header(
@@ -336,20 +338,33 @@ class SpeculativeEngine:
         ev_feats = torch.cat([feat[None], ver.feats[ver.rows[: e - 1]]], dim=0)
         base = self.pool.length
         tlogits = ver.logits[ver.rows[:e]]
+        emb, nxt = self._rows_and_next(ev_tokens, ver, done or e >= remaining)
         if self.full_counterfactual or getattr(decision, "evaluate", True):
-            dlog = self.pool.evaluate(ev_tokens, ev_feats, self._emb(ev_tokens)[None])
+            dlog = self.pool.evaluate(ev_tokens, ev_feats, emb, nxt)
             gamma = self._gamma(dlog, tlogits, sampling)
             cf = self._counterfactual(ev_tokens, ev_feats, base) if self.full_counterfactual else []
             late = self._late.take(self.pool.alive) if self._late is not None else ()
             return Evaluated(tokens, min(ver.accepted, e - 1), gamma, done, cf, late=late)
         i = int(decision.drafter)
-        own = self.pool.extend([i], ev_tokens, ev_feats, self._emb(ev_tokens)[None])
+        own = self.pool.extend([i], ev_tokens, ev_feats, emb, nxt)
         gamma = np.full((e, self.pool.n), np.nan)
         if self.pool.alive[i]:
             gamma[:, i] = self._gamma(own, tlogits, sampling, [i])[:, 0]
         if self._late is not None:  # the chosen head's column is known; the others fill in their catch-up pass
             self._late.add(start, base, tlogits, gamma)
         return Evaluated(tokens, min(ver.accepted, e - 1), gamma, done, [], evaluated=False)
+
+    def _rows_and_next(
+        self, ev_tokens: torch.Tensor, ver: Verified, last: bool
+    ) -> tuple[torch.Tensor, tuple[int, torch.Tensor, torch.Tensor] | None]:
+        """The evaluated rows' embeddings [1, e, H] and, unless this is the request's ``last`` round or the drafts
+        are trees, the next round's pending row (bonus token, its feature, its embedding), which the pool pass
+        runs as the chosen head's first draft step."""
+        if last or self.mode != "chain":
+            return self._emb(ev_tokens)[None], None
+        nxt, feat = ver.next_root()
+        emb = self._emb(torch.cat([ev_tokens, torch.tensor([nxt])]))
+        return emb[None, :-1], (nxt, feat, emb[-1])
 
     def _emitted(self, ver: Verified, remaining: int) -> tuple[list[int], bool]:
         """The round's tokens (accepted drafts + bonus) cut at the budget and after EOS; whether EOS came."""

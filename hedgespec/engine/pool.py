@@ -18,6 +18,11 @@ target features from the oldest missed row on. A lagging head catches up in one 
 missed when it is next evaluated (:meth:`evaluate` folds the catch-up into its pass) or chosen
 (:meth:`catch_up` before drafting). A head's rows depend only on the committed prefix, so a caught-up head holds
 the keys/values of a head extended every round (up to floating-point rounding).
+
+The next round's first draft step rides along: given the pending row (the next root token and its target feature),
+:meth:`evaluate`, :meth:`extend` and :meth:`prefill` run it as one more row of their pass without committing it,
+and :meth:`root_row` hands the chosen head that row's logits, output and keys/values (a :class:`RootRow`), so a
+chain of K drafts costs K − 1 head forwards after the pass, as SGLang's draft-extend yields the first draft token.
 """
 
 from __future__ import annotations
@@ -31,7 +36,11 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from hedgespec.engine.eagle3 import Eagle3Drafter, stacked_forward
 from hedgespec.engine.lowrank import stack_pool_weights
+from hedgespec.engine.records import RootRow
 from hedgespec.engine.target import TargetModel
+
+#: the pending row handed to a pass: (root token, its target feature [F], its embedding [H])
+PendingRow = tuple[int, torch.Tensor, torch.Tensor]
 
 
 def _union(ids_list: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
@@ -116,6 +125,7 @@ class DrafterPool:
         # features [L, F] of rows log_base..length-1 (None while every live head is current)
         self._log_emb: torch.Tensor | None = None
         self._log_feat: torch.Tensor | None = None
+        self._root: RootRow | None = None  # the pending row run by the last pass (see root_row)
 
     @property
     def length(self) -> int:
@@ -208,46 +218,71 @@ class DrafterPool:
         return out.scatter_add_(2, ids, probs_draft)
 
     # ----------------------------------------------------------------------------- evaluate
-    def prefill(self, tokens: torch.Tensor, feats: torch.Tensor, emb: torch.Tensor) -> None:
-        """Fill all caches with the committed rows (tokens x_{t+1}, features f_t), t = 0..T-1."""
+    def prefill(
+        self, tokens: torch.Tensor, feats: torch.Tensor, emb: torch.Tensor, root: PendingRow | None = None
+    ) -> None:
+        """Fill all caches with the committed rows (tokens x_{t+1}, features f_t), t = 0..T-1; with ``root``
+        (the first root token, its feature [F] and embedding [H]) the pass also runs the first draft step
+        (:meth:`root_row`)."""
         self.reset()
         t = int(tokens.shape[0])
         if emb.dim() != 3 or emb.shape[0] != 1 or emb.shape[1] != t:
             raise ValueError(f"emb must be the rows' token embeddings [1, {t}, H], got shape {tuple(emb.shape)}")
         if t:  # every row's keys and values; the output heads run on the last row only (its non-finite check)
-            self._advance([i for i in range(self.n) if self.alive[i]], emb[0], feats, need=1)
+            self._advance([i for i in range(self.n) if self.alive[i]], emb[0], feats, need=1, root=root)
 
-    def evaluate(self, tokens: torch.Tensor, feats: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+    def evaluate(
+        self, tokens: torch.Tensor, feats: torch.Tensor, emb: torch.Tensor, root: PendingRow | None = None
+    ) -> torch.Tensor:
         """Append T verified rows to every live head in one batched pass; return their logits [N, T, V_d].
 
         Rows are (x_{t+1}, f_t) at positions t = length..length+T-1; dead heads get NaN rows. Heads that fell
         behind (:meth:`extend`) catch up in the same pass: every live head runs from the oldest missed row m over
         rows m..length+T-1 (a current head recomputes its rows m..length-1, equal to its cached ones). If the
         batched pass fails, heads are re-run one by one, each from its own missed rows, and the failing ones are
-        dropped (warning, request-scoped).
+        dropped (warning, request-scoped). ``root``: the next pending row, run uncommitted (:meth:`root_row`).
         """
-        return self.extend(range(self.n), tokens, feats, emb)
+        return self.extend(range(self.n), tokens, feats, emb, root)
 
-    def extend(self, idx: Sequence[int], tokens: torch.Tensor, feats: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+    def extend(
+        self,
+        idx: Sequence[int],
+        tokens: torch.Tensor,
+        feats: torch.Tensor,
+        emb: torch.Tensor,
+        root: PendingRow | None = None,
+    ) -> torch.Tensor:
         """Append T verified rows to the heads ``idx`` only, in one batched pass; their logits [len(idx), T, V_d].
 
         The cache grows by T rows for every head. The other heads get placeholder rows and fall behind: the rows
         they miss (embeddings [T, H] and captured target features [T, F]) are kept until they catch up, in the
         next :meth:`evaluate`, :meth:`extend` or :meth:`catch_up` that includes them (one batched pass over the
-        missed span). Heads of ``idx`` that are dead, or get dropped on the way, have NaN rows.
+        missed span). Heads of ``idx`` that are dead, or get dropped on the way, have NaN rows. ``root``: the
+        next pending row (token, feature [F], embedding [H]), run after the new rows and not committed: the
+        first draft step of these heads next round (:meth:`root_row`).
         """
         sel = list(idx)
         t = int(tokens.shape[0])
         if emb.dim() != 3 or emb.shape[0] != 1 or emb.shape[1] != t:
             raise ValueError(f"emb must be the rows' token embeddings [1, {t}, H], got shape {tuple(emb.shape)}")
         live = [i for i in sel if self.alive[i]]
-        lg = self._advance(live, emb[0], feats)
+        lg = self._advance(live, emb[0], feats, root=root)
         if len(live) == len(sel):
             return lg
         out = torch.full((len(sel), t, self.vd), float("nan"), device=self.device)
         if live:
             out[[sel.index(i) for i in live]] = lg
         return out
+
+    def root_row(self, i: int, token: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """Head ``i``'s first draft step from root ``token`` at the pending position, if the last pass ran it
+        (as :meth:`run` returns it: logits [1, 1, V_d], out [1, 1, H], k and v [1, kv_heads, 1, d]); else None."""
+        r = self._root
+        if r is None or r.position != self.length or r.token != token or i not in r.heads:
+            return None
+        if not self.alive[i] or self._filled(i) != self.length:
+            return None
+        return r.step(i)
 
     def catch_up(self, idx: Sequence[int] | None = None) -> None:
         """Bring the lagging live heads of ``idx`` (default: all) to :attr:`length`: one batched pass over the
@@ -260,14 +295,21 @@ class DrafterPool:
         return min(self.filled[i], self.length)  # a caller may have swapped in a shorter cache (engine/bench.py)
 
     def _advance(
-        self, idx: list[int], emb: torch.Tensor | None, feats: torch.Tensor | None, need: int | None = None
+        self,
+        idx: list[int],
+        emb: torch.Tensor | None,
+        feats: torch.Tensor | None,
+        need: int | None = None,
+        root: PendingRow | None = None,
     ) -> torch.Tensor:
-        """Live heads ``idx`` over their missed rows, then the new rows (emb [T, H], feats [T, F]; None: none).
+        """Live heads ``idx`` over their missed rows, then the new rows (emb [T, H], feats [T, F]; None: none),
+        then the uncommitted pending row ``root`` (kept as :attr:`_root` for :meth:`root_row`).
 
         Returns the new rows' logits [len(idx), T, V_d] (the last ``need`` rows only when given), NaN for a head
         dropped on the way. The output heads run on the returned rows only (at least one row, which the
-        non-finite check reads), unless an observer reads the caught-up rows' logits too.
+        non-finite check reads) and the pending row, unless an observer reads the caught-up rows' logits too.
         """
+        self._root = None
         t0, t = self.length, 0 if emb is None else int(emb.shape[0])
         if not idx:
             self._grow_to(t0 + t)
@@ -275,22 +317,29 @@ class DrafterPool:
             return torch.empty(0, t, self.vd, device=self.device)
         m = min(self._filled(i) for i in idx)
         span_emb, span_feat = self._span(m, t0, emb, feats)
-        pos = torch.arange(m, t0 + t)
+        extra = int(root is not None)
+        if root is not None:
+            span_emb = torch.cat([span_emb, root[2].to(span_emb.dtype)[None]])
+            span_feat = torch.cat([span_feat, root[1].to(span_feat.dtype)[None]])
+        pos = torch.arange(m, t0 + t + extra)
         keep = t if need is None else min(need, t)  # the rows whose logits are returned
-        rows = None if self.observer is not None else max(1, keep)
-        try:  # one batched pass over the heads' missed rows and the new rows
+        rows = None if self.observer is not None else max(1, keep) + extra
+        try:  # one batched pass over the heads' missed rows, the new rows and the pending row
             feat = self.features(span_feat, idx)
-            lg, _, k, v = self.run(idx, span_emb[None], feat, True, pos, upto=m, logits_rows=rows)
+            lg, hid, k, v = self.run(idx, span_emb[None], feat, True, pos, upto=m, logits_rows=rows)
             ok = not self._nonfinite(lg)
         except Exception:  # noqa: BLE001 - isolate the failing head(s) below
             ok = False
+        if ok and root is not None:
+            self._root = RootRow(t0 + t, int(root[0]), tuple(idx), lg[:, -1:], hid[:, -1:], k[:, :, -1:], v[:, :, -1:])
+            lg, k, v = lg[:, :-1], k[:, :, :-1], v[:, :, :-1]
         if ok:
             self._store(idx, m, k, v)
             if self.observer is not None:
                 self.observer(idx, m, lg)
             out = lg[:, lg.shape[1] - keep :]
-        else:
-            out = self._advance_each(idx, span_emb, span_feat, m, t)
+        else:  # the pending row is dropped too: the chosen head drafts it itself
+            out = self._advance_each(idx, span_emb[: len(span_emb) - extra], span_feat[: len(span_feat) - extra], m, t)
         self._keep_log(emb, feats)
         return out
 

@@ -7,6 +7,8 @@ evaluate → observe → advance; the stages pass each other these records (as S
 * :class:`SamplingState` — a request's :class:`~hedgespec.decoding.SamplingParams` and its one
   ``torch.Generator``; every random draw of the request (first token, chain drafts, verification) reads
   this stream, in that order.
+* :class:`RootRow` — the next round's first draft step of the heads a pool pass ran, computed in that pass
+  (the pending row appended to the rows it commits), so the chosen head drafts K tokens in K − 1 forwards.
 * :class:`Draft` — what the chosen head proposed: chain tokens with their draft laws q, or a
   :class:`DraftTree`; neither when the head is (or just got) dropped.
 * :class:`Verified` — the target's verdict on a draft: accepted count, bonus token, kept rows, logits.
@@ -86,6 +88,27 @@ class DraftTree:
         for r in range(1, m):
             mask[r] |= mask[self.parents[r]]
         return mask
+
+
+@dataclass(frozen=True)
+class RootRow:
+    """Heads ``heads``' forward over the pending row (root ``token``, its target feature) at ``position``, run as
+    the last row of the pool pass that committed the rows before it (as SGLang's draft-extend after a
+    verification yields the first draft token). Nothing of it is committed: it is the first draft step of
+    whichever of these heads drafts next, valid while the pool still has ``position`` committed rows."""
+
+    position: int
+    token: int
+    heads: tuple[int, ...]
+    logits: torch.Tensor  # [len(heads), 1, V_d] (padded draft ids at −inf, as DrafterPool.run returns them)
+    out: torch.Tensor  # [len(heads), 1, H] pre-norm outputs (the next draft step's hidden input)
+    k: torch.Tensor  # [len(heads), kv_heads, 1, d]
+    v: torch.Tensor
+
+    def step(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Head ``i``'s (logits, out, k, v), shaped as ``DrafterPool.run([i], ...)`` returns them."""
+        j = self.heads.index(i)
+        return self.logits[j : j + 1], self.out[j : j + 1], self.k[j : j + 1], self.v[j : j + 1]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ def draft_chain(
     """K chain drafts from head ``i``; returns draft target ids and their draft laws q [K, V] (target vocab).
 
     Greedy (temperature 0): d_j = argmax of the draft logits; sampling: d_j ~ softmax(logits / T), drawn
-    from the request's stream.
+    from the request's stream. The first step is read from :meth:`DrafterPool.root_row` when the pool's last
+    pass ran it (K − 1 head forwards then).
     """
     temperature = sampling.params.temperature
     c0 = pool.length  # committed rows; the pending row sits at position c0
@@ -43,8 +44,12 @@ def draft_chain(
     ek = ev = None
     drafts: list[int] = []
     qs = []
+    first = pool.root_row(i, root)  # the first step, when the pass that committed the rows ran it
     for j in range(k):
-        logits, out, kk, vv = pool.run([i], emb_fn(tok)[None], hid, from_target, torch.tensor([c0 + j]), ek, ev)
+        if j == 0 and first is not None:
+            logits, out, kk, vv = first
+        else:
+            logits, out, kk, vv = pool.run([i], emb_fn(tok)[None], hid, from_target, torch.tensor([c0 + j]), ek, ev)
         ek = kk if ek is None else torch.cat([ek, kk], dim=2)
         ev = vv if ev is None else torch.cat([ev, vv], dim=2)
         law = pool.to_target(_draft_law(logits, temperature), [i])[0, 0]
