@@ -253,12 +253,12 @@ def test_the_pending_row_rides_along_a_pass_and_equals_a_draft_step(model):
     assert ride.root_row(2, int(seq[12])) is None
 
 
-@pytest.mark.parametrize("epsilon", [1.0, 0.3])
-def test_chains_draft_k_tokens_in_k_minus_1_head_forwards(model, monkeypatch, epsilon):
-    """With the first draft step riding along the pool pass, a chain round runs K − 1 head forwards after the
-    pass, and decodes exactly as drafting all K steps itself: same output (the target's greedy one), rounds,
-    choices and γ. Label-efficient rounds (ε < 1) extend the chosen head only, so the next round saves its
-    step only when it chooses that head again."""
+@pytest.mark.parametrize(("mode", "epsilon"), [("chain", 1.0), ("chain", 0.3), ("tree", 1.0)])
+def test_drafts_take_one_head_forward_fewer_a_round(model, monkeypatch, mode, epsilon):
+    """With the first draft step riding along the pool pass, a round runs one head forward fewer after the pass
+    (a chain K − 1, a tree's root level none), and decodes exactly as drafting from the root row itself: same
+    output (the target's greedy one), rounds, choices and γ. Label-efficient rounds (ε < 1) extend the chosen
+    head only, so the next round saves its step only when it chooses that head again."""
     from hedgespec.engine import pool as pool_mod
 
     heads, k = _heads(model), 3
@@ -271,7 +271,8 @@ def test_chains_draft_k_tokens_in_k_minus_1_head_forwards(model, monkeypatch, ep
         return real_run(self, idx, emb, *a, **kw)
 
     def decode():
-        eng = SpeculativeEngine(model, heads, make_selector("hedgespec", epsilon=epsilon, seed=1), decoding("chain", k))
+        selector = make_selector("hedgespec", epsilon=epsilon, seed=1)
+        eng = SpeculativeEngine(model, heads, selector, decoding(mode, k, 2, 5))
         runs.clear()
         out, stats = eng.generate(prompt, 20, GREEDY)
         return out, stats, eng.last_trace, list(runs)
@@ -288,7 +289,7 @@ def test_chains_draft_k_tokens_in_k_minus_1_head_forwards(model, monkeypatch, ep
         np.array(trace.gamma, dtype=float), np.array(trace0.gamma, dtype=float), atol=1e-5, equal_nan=True
     )
     rounds = len(stats.accepted_per_round)
-    one_row = calls.count(1)  # draft steps (a pass over one new row happens only at the budget's edge)
+    one_row = calls.count(1)  # chain steps and tree roots (a pass over one new row happens only at the budget's edge)
     saved = calls0.count(1) - one_row
     if epsilon == 1.0:
         assert saved == rounds  # one head forward saved in every round

@@ -247,8 +247,7 @@ class SpeculativeEngine:
         check_finite(logits[-1:], "target (prefill)")
         first = samp.pick(logits[-1])
         emb = self._emb(torch.cat([prompt[1:], torch.tensor([first])]))
-        root = (first, feats[-1], emb[-1]) if self.mode == "chain" else None  # the first draft step rides along
-        self.pool.prefill(prompt[1:], feats[:-1], emb[None, :-1], root)
+        self.pool.prefill(prompt[1:], feats[:-1], emb[None, :-1], (first, feats[-1], emb[-1]))  # + the first root row
         return first, feats[-1]
 
     def _header(
@@ -357,10 +356,10 @@ class SpeculativeEngine:
     def _rows_and_next(
         self, ev_tokens: torch.Tensor, ver: Verified, last: bool
     ) -> tuple[torch.Tensor, tuple[int, torch.Tensor, torch.Tensor] | None]:
-        """The evaluated rows' embeddings [1, e, H] and, unless this is the request's ``last`` round or the drafts
-        are trees, the next round's pending row (bonus token, its feature, its embedding), which the pool pass
-        runs as the chosen head's first draft step."""
-        if last or self.mode != "chain":
+        """The evaluated rows' embeddings [1, e, H] and, unless this is the request's ``last`` round, the next
+        round's pending row (bonus token, its feature, its embedding), which the pool pass runs as the chosen
+        head's first draft step."""
+        if last:
             return self._emb(ev_tokens)[None], None
         nxt, feat = ver.next_root()
         emb = self._emb(torch.cat([ev_tokens, torch.tensor([nxt])]))

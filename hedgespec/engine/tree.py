@@ -1,7 +1,9 @@
 """Drafting with one head of the pool: chain (depth K) and EAGLE-2/3 dynamic tree.
 
 Both start from the *pending row* (root token x_c, target feature f_{c-1}) at position c−1 on top of the
-head's committed cache; deeper steps feed the head its own pre-norm output (EAGLE-3 multi-step drafting).
+head's committed cache; deeper steps feed the head its own pre-norm output (EAGLE-3 multi-step drafting). The
+pending row's forward is read from :meth:`DrafterPool.root_row` when the pool pass that committed the rows before
+it ran it too (the engine asks every pass for it).
 
 Tree (EAGLE-2 style, what SGLang's ``select_top_k_tokens`` does): level 1 = the root's top-k children; at
 each next level every frontier node proposes its top-k children, candidates are scored by cumulative draft
@@ -138,8 +140,15 @@ class _TreeDraft:
         return c
 
     def root_level(self, root: int, feat: torch.Tensor) -> list[int]:
-        """Level 1: the root's top-k children; returns them (the first frontier)."""
-        logp, out = self.forward([root], self.pool.features(feat[None], [self.i]), True, [0], [-1])
+        """Level 1: the root's top-k children; returns them (the first frontier). The root row's forward is read
+        from :meth:`DrafterPool.root_row` when the pool's last pass ran it."""
+        first = self.pool.root_row(self.i, root) if self.c0 == self.pool.length else None
+        if first is None:
+            logp, out = self.forward([root], self.pool.features(feat[None], [self.i]), True, [0], [-1])
+        else:
+            logits, out, self.ek, self.ev = first
+            self.row_anc.append({0})
+            logp = logits[0].log_softmax(-1)
         top = torch.topk(logp[0], self.kk)
         root_out = out[:, 0:1]
         return [self._add(d, -1, s, 1, root_out, 0) for s, d in zip(top.values.tolist(), top.indices.tolist())]
