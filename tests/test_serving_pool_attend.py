@@ -90,3 +90,42 @@ def test_one_attention_call_gives_every_head_its_own_attention(active, slots):
                 continue  # another head's output at this row: the caller discards it
             want = _alone(i, qkv[a, r], positions[r], ck, cv)
             torch.testing.assert_close(out[a, r], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("low_rank", [False, True])
+@pytest.mark.parametrize("kind", ["qkv", "lm_head"])
+@pytest.mark.parametrize("active, slots", [((0, 2, 3), [2, 0, 0, 1, 2, 2]), ((3, 1), [1, 1, 0, 1])])
+def test_a_mixed_draft_step_multiplies_each_row_by_its_own_head_only(low_rank, kind, active, slots):
+    """A draft step whose rows chose different heads: the real ``_matmul_own`` gives row r its own head's product
+    (the dense matrix, or base + that head's factors) at [slots[r], r] and zeros elsewhere, the rows the earlier
+    every-head-over-every-row product (``_matmul``) gives there."""
+    from hedgespec.engine.lowrank import LowRankStack
+    from hedgespec.serving.pool_model import HedgeSpecPoolForCausalLMEagle3 as Pool
+    from hedgespec.serving.pool_model import _row_groups
+
+    g = torch.Generator().manual_seed(len(active) + 2 * low_rank)
+    n, d_in, rank, vocab = 4, 6, 2, 9
+    d_out = 11  # an lm_head's rows past the draft vocabulary (padding) are never used
+    base = torch.randn(d_out, d_in, generator=g)
+    fa, fb = torch.randn(n, d_in, rank, generator=g), torch.randn(n, rank, d_out, generator=g)
+    fa[0] = 0.0  # head 0 is the base
+    dense = [base + (fa[i] @ fb[i]).t() if low_rank else torch.randn(d_out, d_in, generator=g) for i in range(n)]
+    width = vocab if kind == "lm_head" else d_out
+    stack = LowRankStack(base[:width].t(), fa, fb[:, :, :width]) if low_rank else torch.stack(dense)[:, :width]
+    pool = SimpleNamespace(
+        heads=[None] * n,
+        config=SimpleNamespace(draft_vocab_size=vocab),
+        _stack=lambda: {kind: stack},
+        _matrices=lambda: {kind: dense},
+    )
+    s = torch.tensor(slots)
+    rows = torch.arange(s.numel())
+    x = torch.randn(len(active), s.numel(), d_in, generator=g)
+    out = Pool._matmul_own(pool, kind, active, x, s, _row_groups(s, len(active)))
+    assert out.shape == (len(active), s.numel(), width)
+    for r in range(s.numel()):
+        own = x[s[r], r] @ dense[active[s[r]]][:width].t()
+        assert torch.allclose(out[s[r], r], own, atol=1e-5), r
+        assert not out[torch.arange(len(active)) != s[r], r].any(), r
+    every = Pool._matmul(pool, kind, active, x, dense=True)
+    assert torch.allclose(out[s, rows], every[s, rows], atol=1e-5)
