@@ -35,10 +35,9 @@ One forward runs:
   (:attr:`topk` k > 1, set by the worker) its top-k ids and their draft probabilities instead of the argmax.
 * a draft decode step: only the heads that some request chose (``spec_info.hedgespec_active``, a tuple of drafter
   indices) run; one head runs with its dense weights (in the layers layout, its own SGLang forward); several run
-  as one stacked pass in which every matmul multiplies each row by its own request's head only (a low-rank pool:
-  every row by the base once, each head's rows by its factors, so a batch whose requests chose several heads
-  neither reads several heads' weights nor computes several heads per row); each row's logits and hidden state
-  come from its request's head
+  as one stacked pass, with the low-rank stack for a low-rank pool (the base read once, as in an evaluation, so
+  a batch whose requests chose several heads does not pay several heads' weights per step); each row's logits
+  and hidden state come from its request's head
   (``spec_info.hedgespec_slots``: per request, the position of its head in ``hedgespec_active``; a tree's draft
   step has k rows per request, request-major), and in the ``heads``
   layout each row's q/k/v fill only its own head's slice. A row's recurrent state is its own head's.
@@ -392,17 +391,13 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
         :meth:`_attend`. An evaluation (``slots`` None) multiplies by the pool's stacks (a low-rank pool's base
         once); a draft step (``slots``: per row, the position of its head in ``active``) by the heads' dense
         weights. Returns the logits [A, S, draft vocab] (float) and recurrent hidden states [A, S, H] at the rows
-        SGLang's logits processor keeps (every row in a draft step). A draft step of several heads multiplies each
-        row by its own head only (:meth:`_matmul_own`; the other heads' entries of that row are zeros, which the
-        caller discards), so its compute is one head's per row whatever the number of distinct heads the batch
-        chose."""
+        SGLang's logits processor keeps (every row in a draft step). A draft step of several heads of a low-rank
+        pool multiplies by the low-rank stack too (:meth:`_matmul`), so its cost does not grow with the number
+        of distinct heads the batch chose the way N dense heads' would."""
         heads = [self.heads[i] for i in active]
         n, size = len(heads), int(self.config.hidden_size)
-        groups = _row_groups(slots, n) if slots is not None and n > 1 else None
 
         def mm(kind: str, x: torch.Tensor) -> torch.Tensor:
-            if groups is not None:  # a draft step of several heads: each row through its own head only
-                return self._matmul_own(kind, active, x, slots, groups)
             return self._matmul(kind, active, x, dense=slots is not None)
 
         feats = forward_batch.spec_info.hidden_states.to(embeds.dtype)
@@ -451,37 +446,6 @@ class HedgeSpecPoolForCausalLMEagle3(nn.Module):
             y = torch.nn.functional.linear(x[0], stack.reshape(a * out, -1))
             return y.view(x.shape[1], a, out).transpose(0, 1)
         return _bmm(stack, x)
-
-    def _matmul_own(
-        self,
-        kind: str,
-        active: tuple[int, ...],
-        x: torch.Tensor,
-        slots: torch.Tensor,
-        groups: list[tuple[int, torch.Tensor]],
-    ) -> torch.Tensor:
-        """x [A, R, in] of a draft step of several heads through each row's own head: [A, R, out], row r's product
-        at [slots[r], r], zeros elsewhere. A low-rank pool multiplies every row by the base once and each head's
-        rows (``groups``: (position in ``active``, its rows)) by its factors; a dense pool each head's rows by its
-        own matrix. R rows of compute instead of A × R, and each chosen head's weights read once."""
-        rows = torch.arange(x.shape[1], device=x.device)
-        xs = x[slots, rows]  # [R, in]: each row's input to its own head
-        stack = self._stack()[kind]
-        if isinstance(stack, LowRankStack):
-            y = xs @ stack.base
-            if stack.a.shape[-1]:
-                for a, sel in groups:
-                    i = active[a]
-                    y.index_add_(0, sel, (xs[sel] @ stack.a[i]) @ stack.b[i])
-        else:
-            vocab = int(self.config.draft_vocab_size)
-            mats = [m[:vocab] if kind == "lm_head" else m for m in self._matrices()[kind]]
-            y = xs.new_empty((xs.shape[0], mats[active[0]].shape[0]))
-            for a, sel in groups:
-                y[sel] = torch.nn.functional.linear(xs[sel], mats[active[a]])
-        out = y.new_zeros((len(active), x.shape[1], y.shape[-1]))
-        out[slots, rows] = y
-        return out
 
     def _attend(self, active, qkv: torch.Tensor, positions, forward_batch, slots) -> torch.Tensor:
         """Attention of heads ``active`` from their q/k/v [A, R, q+2kv]: [A, R, q].
@@ -637,14 +601,6 @@ def _row_slots(slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     if bs == 0 or rows % bs:
         raise RuntimeError(f"{ARCH}: a draft step of {rows} rows for {bs} requests")
     return slots.repeat_interleave(rows // bs)
-
-
-def _row_groups(slots: torch.Tensor, n: int) -> list[tuple[int, torch.Tensor]]:
-    """The rows of each of ``n`` heads in a draft step (``slots``: per row, its head's position): (position, row
-    indices) for the heads with rows, in order; one host read of the counts for the whole step."""
-    order = torch.argsort(slots, stable=True)
-    counts = torch.bincount(slots, minlength=n).tolist()
-    return [(a, sel) for a, sel in enumerate(torch.split(order, counts)) if counts[a]]
 
 
 def _kept_rows(forward_batch: Any) -> torch.Tensor | None:
