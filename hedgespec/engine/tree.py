@@ -42,11 +42,11 @@ def draft_chain(
     temperature = sampling.params.temperature
     c0 = pool.length  # committed rows; the pending row sits at position c0
     tok = torch.tensor([root])
-    hid, from_target = pool.features(feat[None], [i]), True
+    first = pool.root_row(i, root)  # the first step, when the pass that committed the rows ran it
+    hid, from_target = (pool.features(feat[None], [i]) if first is None else None), True
     ek = ev = None
     drafts: list[int] = []
     qs = []
-    first = pool.root_row(i, root)  # the first step, when the pass that committed the rows ran it
     for j in range(k):
         if j == 0 and first is not None:
             logits, out, kk, vv = first
