@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,10 +48,14 @@ def _compose(name: str, overrides: list[str]) -> dict:
 @pytest.mark.parametrize("full", [False, True], ids=["fast", "full"])
 def test_every_run_of_both_modes_composes(full: bool) -> None:
     cfg = _cfg(f"full={str(full).lower()}")
-    train, bench, report = embedded.commands(cfg)
+    steps = embedded.commands(cfg)
     mode = cfg["full_settings" if full else "fast_settings"]
-    assert train[1:3] == ["train/run.py", "-m"] and bench[1:3] == ["scripts/bench.py", "-m"]
-    runs = _expand(train[3:])
+    trains = [c for c in steps if c[1] == "train/run.py"]
+    lowranks = [c for c in steps if c[1] == "scripts/lowrank_pool.py"]
+    bench, report = steps[-2:]
+    assert steps == [*trains, *lowranks, bench, report]
+    assert all(t[2] == "-m" for t in trains) and bench[1:3] == ["scripts/bench.py", "-m"]
+    runs = [ov for t in trains for ov in _expand(t[3:])]
     assert len(runs) == 8
     for ov in runs:
         t = _compose("train", ov)
@@ -57,18 +63,47 @@ def test_every_run_of_both_modes_composes(full: bool) -> None:
         if not full:
             assert t["train"]["regenerate"]["max_examples"] == t["train"]["features"]["max_samples"] == 32
             assert t["train"]["specforge"]["training"]["max_steps"] == 100
+            fine_tune = t["domain"] != "general"  # the experts start from the generalist, trained first
+            assert t["train"]["draft"]["init"] == ("general" if fine_tune else "target_head")
+            assert t["train"]["draft"]["vocab"] == ("init" if fine_tune else "own")
     assert {_compose("train", ov)["domain"] for ov in runs} == set(cfg["domains"])
+    if full:
+        assert len(trains) == 1 and not lowranks
+        benched = mode["pool"]
+    else:
+        assert [_expand(t[3:])[0][0] for t in trains][0] == "domain=general" and len(lowranks) == 1
+        lr = _compose("lowrank_pool", lowranks[0][2:])
+        assert lr["manifest"] == f"pools/{mode['pool']}.yaml" and lr["base"] == "general" and lr["reads"] == 1.3
+        benched = lr["out"]
+        assert benched != mode["pool"]
     bruns = [ov for ov in _expand([a for a in bench[3:] if not a.startswith("hydra.")])]
     assert len(bruns) == len(mode["selectors"]) * len(mode["workloads"]) * len(mode["seeds"])
     for ov in bruns:
         b = _compose("bench", ov)
-        assert b["pool"]["manifest"] == f"pools/{mode['pool']}.yaml" and b["pool"]["name"] == mode["pool"]
+        assert b["pool"]["manifest"] == f"pools/{benched}.yaml" and b["pool"]["name"] == benched
         assert b["target"]["name"] == "smollm2"
+        if not full:
+            assert b["target"]["linear_kernels"] == "auto" and b["pool"]["compute_dtype"] == "auto"
+            # K = 2; every core, plain decoding's best setting here
+            assert b["decoding"]["num_steps"] == 2 and b["backend"]["threads"] is None
     sweep_dir = next(a for a in bench if a.startswith("hydra.sweep.dir=")).split("=", 1)[1]
     assert report[1:] == ["scripts/report.py", "collect", sweep_dir]
 
 
-def test_dry_run_prints_the_three_commands_and_runs_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["fast_settings.finetune_from=sql", "domains=[python,general]"], "finetune_from='sql' is not one of domains"),
+        (["domains=[general]"], "has no other drafter"),
+        (["fast_settings.finetune_from=null"], "lowrank needs finetune_from"),
+    ],
+)
+def test_a_fast_mode_that_cannot_be_built_is_refused_by_name(overrides: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        embedded.commands(_cfg(*overrides))
+
+
+def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "scripts/embedded.py", "dry_run=true", f"hydra.run.dir={tmp_path}/h"],
         cwd=REPO,
@@ -78,7 +113,13 @@ def test_dry_run_prints_the_three_commands_and_runs_nothing(tmp_path: Path) -> N
     )
     assert out.returncode == 0, out.stderr
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("$ ")]
-    assert [ln.split()[2] for ln in lines] == ["train/run.py", "scripts/bench.py", "scripts/report.py"]
+    assert [ln.split()[2] for ln in lines] == [
+        "train/run.py",  # the generalist
+        "train/run.py",  # the experts, fine-tuned from it
+        "scripts/lowrank_pool.py",
+        "scripts/bench.py",
+        "scripts/report.py",
+    ]
     assert "[embedded] exit" not in out.stdout, "dry_run executes nothing"
 
 
@@ -122,9 +163,16 @@ def test_fast_mode_end_to_end_on_the_tiny_target(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     from hedgespec.pools import load_pool
 
-    assert load_pool(t / "pools" / "smollm2-quick.yaml").names == ["chemistry", "general"]
-    runs = sorted((t / "multirun").glob("smollm2-quick-*/*/results.json"))
+    assert load_pool(t / "pools" / "smollm2-quick-ft.yaml").names == ["general", "chemistry"]  # generalist first
+    lowrank = yaml.safe_load((t / "pools" / "smollm2-quick-lr.yaml").read_text())
+    expert = next(d for d in lowrank["drafters"] if d["name"] == "chemistry")
+    assert expert["lowrank"]["base"] == "general"  # the expert as the generalist plus low-rank deltas
+    runs = sorted((t / "multirun").glob("smollm2-quick-lr-*/*/results.json"))
     assert len(runs) == 4, runs  # plain decoding (selector=none) and three selectors
-    table = next((t / "multirun").glob("smollm2-quick-*/report/table.md")).read_text()
+    for run in runs:  # on the low-rank pool, with the fast mode's kernels
+        res = json.loads(run.read_text())
+        assert res["config"]["pool"]["name"] == "smollm2-quick-lr"
+        assert res["config"]["target"]["linear_kernels"] == "auto"
+    table = next((t / "multirun").glob("smollm2-quick-lr-*/report/table.md")).read_text()
     assert all(s in table for s in ("none", "hedgespec", "eagle", "ucbspec")) and table.strip() in out.stdout
     assert "× plain" in table  # every speculative run is measured side by side with plain decoding
