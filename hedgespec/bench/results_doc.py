@@ -522,12 +522,13 @@ def _engine_profile(doc: ResultsDoc, res: Mapping[str, Any], fname: str) -> list
         f"--k {res['k']} --rows {res['rows']} --device {res['device']} --dtype {res['dtype']} "
         f"--threads {res['threads']} --draft-vocab {res['draft_vocab']} --json docs/results/{fname}"
     )
-    draft = res["k"] * res["drafter_forward_s"]
+    draft = (res["k"] - 1) * res["drafter_forward_s"]  # the first draft step rides along the pool pass
     out = [
         "",
         doc.say(
             "engine_profile_title",
             command=command,
+            draft_steps=res["k"] - 1,
             **{k: res[k] for k in ("dims", "draft_vocab", "device", "dtype", "threads", "k", "rows")},
         ),
         "",
@@ -538,8 +539,8 @@ def _engine_profile(doc: ResultsDoc, res: Mapping[str, Any], fname: str) -> list
             draft_x_verify=f"{res['drafter_x_target_verify']:.3f}",
         ),
         "",
-        "| N | pool evaluate | × target verify | estimated selection overhead = evaluate / (K·draft + verify + "
-        "evaluate) |",
+        "| N | pool evaluate | × target verify | estimated selection overhead = evaluate / ((K−1)·draft + verify "
+        "+ evaluate) |",
         "|---|---|---|---|",
     ]
     for n, p in res["pool"].items():
