@@ -39,3 +39,30 @@ def test_engine_runs_on_a_cast_target():
 def test_unknown_compute_dtype_is_named():
     with pytest.raises(ValueError, match=r"target compute_dtype='int8' is unknown"):
         TargetSpec(name="tiny", kind="tiny", compute_dtype="int8")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_compute_dtype_is_bfloat16_only_where_native(monkeypatch, native):
+    """``auto`` resolves when the spec is made: bfloat16 for float32 weights on a CPU with native bfloat16 or on a
+    GPU, else the weights' own dtype; the loaded target then computes in what the spec says."""
+    import hedgespec.models.linear_kernels as lk
+
+    monkeypatch.setattr(lk, "native_bfloat16", lambda: native)
+    cpu = TargetSpec(name="tiny", kind="tiny", compute_dtype="auto")
+    assert cpu.compute_dtype == ("bfloat16" if native else None)
+    assert TargetSpec(name="x", kind="hf", hf_id="x", device="cuda:1", compute_dtype="auto").compute_dtype == "bfloat16"
+    for dtype in ("bfloat16", "float16", "auto"):  # weights already in a half dtype (or the checkpoint's): no cast
+        assert TargetSpec(name="x", kind="hf", hf_id="x", dtype=dtype, compute_dtype="auto").compute_dtype is None
+    model, _ = load_target({"name": "tiny", "kind": "tiny", "compute_dtype": "auto"})
+    assert model.dtype == (torch.bfloat16 if native else torch.float32)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_compute_dtype_names_the_answers_file_as_the_loaded_target_computes(monkeypatch, native):
+    """The regenerated answers' file name (read from the raw target node) follows the dtype ``auto`` casts to."""
+    import hedgespec.models.linear_kernels as lk
+    from data_recipes.regenerate import _compute_of
+
+    monkeypatch.setattr(lk, "native_bfloat16", lambda: native)
+    node = {"name": "tiny", "kind": "tiny", "compute_dtype": "auto"}
+    assert _compute_of(node) == TargetSpec.from_dict(node).compute_dtype == ("bfloat16" if native else None)

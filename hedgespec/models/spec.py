@@ -20,6 +20,8 @@ from .chat import check_thinking
 TargetKind = Literal["smollm2", "tiny", "hf"]
 #: ``target.linear_kernels`` values (:mod:`hedgespec.models.linear_kernels`).
 LINEAR_KERNELS = ("auto", "onednn", "aten")
+#: ``target.compute_dtype`` values (null: the dtype the weights load in; ``auto``: :func:`auto_compute_dtype`)
+COMPUTE_DTYPES = (None, "float32", "bfloat16", "float16", "auto")
 #: SmolLM2-135M-Instruct's decoder layers (its config.json: num_hidden_layers).
 SMOLLM2_LAYERS = 30
 
@@ -36,6 +38,20 @@ class TinyArch:
     num_key_value_heads: int = 2
     max_position_embeddings: int = 512
     tie_word_embeddings: bool = True
+
+
+def auto_compute_dtype(dtype: str, device: str) -> str | None:
+    """``target.compute_dtype=auto``: bfloat16 for float32 weights on a device that computes it natively (a GPU,
+    or a CPU with oneDNN's bfloat16 path, :func:`hedgespec.models.linear_kernels.native_bfloat16`), else None (the
+    weights' own dtype): on an AVX2-only CPU a bfloat16 matmul is emulated and slower than float32."""
+    if dtype != "float32":
+        return None
+    kind = str(device).split(":")[0]
+    if kind == "cpu":
+        from .linear_kernels import native_bfloat16  # lazy: imports torch
+
+        return "bfloat16" if native_bfloat16() else None
+    return "bfloat16" if kind == "cuda" else None
 
 
 def check_min_rows(min_rows: Any) -> int | None:
@@ -63,7 +79,9 @@ class TargetSpec:
             target's identity (its fingerprint, :mod:`hedgespec.models.fingerprint`).
         compute_dtype: the dtype the loaded target is cast to and computes in (``None``: ``dtype``), like
             SGLang's ``--dtype``: a pool trained on the float32 target runs with a bfloat16 cast of it (the
-            fingerprint stays the loaded weights'). Speculative outputs are then greedy in the cast model's
+            fingerprint stays the loaded weights'). ``auto`` resolves here, when the spec is made
+            (:func:`auto_compute_dtype`), so every reader (the cast, the answers' file name, the features' key)
+            sees the dtype computed in. Speculative outputs are then greedy in the cast model's
             verification numerics, which differ with the number of rows verified, so they may differ from
             one-token-at-a-time decoding of the same cast (the bench's ``plain_match_rate`` counts how often).
         linear_kernels: ``auto`` | ``onednn`` | ``aten``: the kernels of the target's linear layers on CPU
@@ -107,10 +125,13 @@ class TargetSpec:
             raise ValueError(f"target {self.name!r} has kind=hf but no hf_id; set hf_id to a HF repo id or local path")
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
             raise ValueError(f"target dtype={self.dtype!r} is unknown; expected float32, bfloat16, float16 or auto")
-        if self.compute_dtype not in (None, "float32", "bfloat16", "float16"):
+        if self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(
-                f"target compute_dtype={self.compute_dtype!r} is unknown; expected null, float32, bfloat16 or float16"
+                f"target compute_dtype={self.compute_dtype!r} is unknown; expected null, float32, bfloat16, float16 "
+                "or auto"
             )
+        if self.compute_dtype == "auto":  # frozen: set the resolved value once, as the dataclass would
+            object.__setattr__(self, "compute_dtype", auto_compute_dtype(self.dtype, self.device))
         if self.linear_kernels not in LINEAR_KERNELS:
             raise ValueError(
                 f"target linear_kernels={self.linear_kernels!r} is unknown; expected one of {LINEAR_KERNELS}"
