@@ -47,6 +47,7 @@ def _train(cfg: dict[str, Any], mode: dict[str, Any], domains: list[str], extra:
         f"progress={str(cfg['progress']).lower()}",
         *extra,
         *mode.get("train_overrides", []),
+        *mode.get("train_target_overrides", []),
         *cfg.get("extra_train", []),
     ]
 

@@ -66,6 +66,11 @@ def test_every_run_of_both_modes_composes(full: bool) -> None:
             fine_tune = t["domain"] != "general"  # the experts start from the generalist, trained first
             assert t["train"]["draft"]["init"] == ("general" if fine_tune else "target_head")
             assert t["train"]["draft"]["vocab"] == ("init" if fine_tune else "own")
+            # regeneration and capture on packed weights, in bfloat16 where native; the target's identity unchanged
+            assert t["target"]["linear_kernels"] == "auto" and t["target"]["compute_dtype"] == "auto"
+            assert t["target"]["dtype"] == "float32"
+        else:
+            assert t["target"]["linear_kernels"] == "aten" and t["target"]["compute_dtype"] is None
     assert {_compose("train", ov)["domain"] for ov in runs} == set(cfg["domains"])
     if full:
         assert len(trains) == 1 and not lowranks
@@ -84,6 +89,7 @@ def test_every_run_of_both_modes_composes(full: bool) -> None:
         assert b["target"]["name"] == "smollm2"
         if not full:
             assert b["target"]["linear_kernels"] == "auto" and b["pool"]["compute_dtype"] == "auto"
+            assert b["target"]["compute_dtype"] is None  # verification in float32: the outputs stay the target's
             # K = 2; every core, plain decoding's best setting here
             assert b["decoding"]["num_steps"] == 2 and b["backend"]["threads"] is None
     sweep_dir = next(a for a in bench if a.startswith("hydra.sweep.dir=")).split("=", 1)[1]
@@ -168,11 +174,11 @@ def test_fast_mode_end_to_end_on_the_tiny_target(tmp_path: Path) -> None:
     expert = next(d for d in lowrank["drafters"] if d["name"] == "chemistry")
     assert expert["lowrank"]["base"] == "general"  # the expert as the generalist plus low-rank deltas
     runs = sorted((t / "multirun").glob("smollm2-quick-lr-*/*/results.json"))
-    assert len(runs) == 4, runs  # plain decoding (selector=none) and three selectors
+    assert len(runs) == 3, runs  # three selectors, each measuring plain decoding side by side
     for run in runs:  # on the low-rank pool, with the fast mode's kernels
         res = json.loads(run.read_text())
         assert res["config"]["pool"]["name"] == "smollm2-quick-lr"
         assert res["config"]["target"]["linear_kernels"] == "auto"
     table = next((t / "multirun").glob("smollm2-quick-lr-*/report/table.md")).read_text()
-    assert all(s in table for s in ("none", "hedgespec", "eagle", "ucbspec")) and table.strip() in out.stdout
+    assert all(s in table for s in ("hedgespec", "eagle", "ucbspec")) and table.strip() in out.stdout
     assert "× plain" in table  # every speculative run is measured side by side with plain decoding
