@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hedgespec.engine.eagle3 import Eagle3Drafter
-from hedgespec.engine.lowrank import LowRankDrafter, allocate_ranks, pool_reads
+from hedgespec.engine.lowrank import LowRankDrafter, allocate_ranks, delta_svds, pool_reads
 from hedgespec.io import atomic_dir
 from hedgespec.pools import PoolManifest, load_pool, pool_path, save_pool, weights_hash
 from hedgespec.ranks import check_rank, rank_label
@@ -73,10 +73,11 @@ def write_low_rank_pool(
         raise ValueError(f"pool {man.pool!r} is already low-rank (drafters {already}); start from the dense pool")
     base_drafter = Eagle3Drafter.load(man.drafter_path(base), name=base)
     dense = {d.name: Eagle3Drafter.load(man.drafter_path(d), name=d.name) for d in man.drafters if d.name != base}
+    svds = {name: delta_svds(base_drafter, e) for name, e in dense.items()}  # once, for the ranks and the factors
     if reads is not None:
-        r = allocate_ranks(base_drafter, list(dense.values()), reads, allocation)
+        r = allocate_ranks(base_drafter, list(dense.values()), reads, allocation, svds=list(svds.values()))
     experts = {
-        name: LowRankDrafter.from_expert(base_drafter, e, r) for name, e in dense.items()
+        name: LowRankDrafter.from_expert(base_drafter, e, r, svds[name]) for name, e in dense.items()
     }  # every expert factorised (and refused by name) before anything is written
     entries = []
     for d in man.drafters:

@@ -24,6 +24,7 @@ from hedgespec.engine.lowrank import (
     LowRankDrafter,
     LowRankStack,
     allocate_ranks,
+    delta_svds,
     factorize,
     pool_reads,
     weights_read,
@@ -288,6 +289,23 @@ def test_allocated_ranks_fit_the_budget_and_keep_more_than_a_uniform_rank(tiny):
         best = allocate_ranks(base, experts, reads, "frobenius")
         assert _kept_energy(base, experts, best) >= _kept_energy(base, experts, dict.fromkeys(MATRICES, uniform))
         assert best["lm_head"] >= 2 and best["gate"] >= 2  # the planted rank-2 changes are kept first
+
+
+def test_shared_delta_svds_give_the_ranks_and_factors_of_separate_ones(tiny):
+    """write_low_rank_pool computes each expert's delta SVDs once for the ranks and the factors: the same ranks
+    as svdvals of each delta, the same factors as factorising from scratch, bit for bit."""
+    model, _, base = tiny
+    experts = [_expert(base, seed, name, scale=0.02) for seed, name in [(1, "sql"), (2, "math")]]
+    svds = [delta_svds(base, e) for e in experts]
+    for reads in (1.2, 1.6):
+        ranks = allocate_ranks(base, experts, reads)
+        assert allocate_ranks(base, experts, reads, svds=svds) == ranks
+        for e, sv in zip(experts, svds):
+            alone, shared = factorize(base, e, ranks), factorize(base, e, ranks, sv)
+            for k in MATRICES:
+                assert torch.equal(alone[k][0], shared[k][0]) and torch.equal(alone[k][1], shared[k][1])
+    with pytest.raises(ValueError, match=r"1 delta SVDs for 2 experts"):
+        allocate_ranks(base, experts, 1.2, svds=svds[:1])
 
 
 def test_reads_budget_errors_are_named(tiny, tmp_path):

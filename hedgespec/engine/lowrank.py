@@ -76,9 +76,23 @@ def check_compatible(base: Eagle3Drafter, expert: Eagle3Drafter) -> None:
         )
 
 
-def factorize(base: Eagle3Drafter, expert: Eagle3Drafter, rank: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+#: the thin SVD (U, S, V^T) of every matrix delta of one expert from its base, in float64 (:func:`delta_svds`)
+DeltaSVDs = dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+def delta_svds(base: Eagle3Drafter, expert: Eagle3Drafter) -> DeltaSVDs:
+    """The thin SVD of every matrix delta ``expert - base`` (transposed [in, out] layout, float64), computed once
+    for :func:`allocate_ranks` (its singular values) and :func:`factorize` (its factors)."""
+    check_compatible(base, expert)
+    return {short: _svd(base, expert, short) for short in MATRICES}
+
+
+def factorize(
+    base: Eagle3Drafter, expert: Eagle3Drafter, rank: Any, svds: DeltaSVDs | None = None
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Rank-``rank`` factors (A [in, r], B [r, out]) of every matrix delta ``expert - base`` (transposed layout);
-    ``rank`` as :func:`check_rank` takes it (one rank for every matrix, or one per matrix).
+    ``rank`` as :func:`check_rank` takes it (one rank for every matrix, or one per matrix); ``svds``: the deltas'
+    :func:`delta_svds`, when already computed.
 
     Raises ``ValueError`` naming the drafter and weight when a rank exceeds the matrix's rank ``min(in, out)``.
     """
@@ -86,18 +100,24 @@ def factorize(base: Eagle3Drafter, expert: Eagle3Drafter, rank: Any) -> dict[str
     ranks = check_rank(rank)
     out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for short in MATRICES:
-        delta = (expert.weights[short].double() - base.weights[short].double()).t()  # [in, out]
-        full = min(delta.shape)
+        shape = tuple(base.weights[short].t().shape)  # the delta's [in, out]
+        full = min(shape)
         want = rank_of(ranks, short)
         if want is not None and want > full:
             raise ValueError(
                 f"drafter {expert.name!r}: rank={want} exceeds the rank of weight {short} "
-                f"({delta.shape[0]}x{delta.shape[1]}, at most {full}); use rank <= {full} or rank=full"
+                f"({shape[0]}x{shape[1]}, at most {full}); use rank <= {full} or rank=full"
             )
         r = full if want is None else want
-        u, s, vh = torch.linalg.svd(delta, full_matrices=False)
+        u, s, vh = svds[short] if svds is not None else _svd(base, expert, short)
         out[short] = ((u[:, :r] * s[:r]).float().contiguous(), vh[:r].float().contiguous())
     return out
+
+
+def _svd(base: Eagle3Drafter, expert: Eagle3Drafter, short: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The thin SVD of the delta of one matrix (float64, transposed layout)."""
+    delta = (expert.weights[short].double() - base.weights[short].double()).t()  # [in, out]
+    return torch.linalg.svd(delta, full_matrices=False)
 
 
 class LowRankDrafter(Eagle3Drafter):
@@ -130,10 +150,13 @@ class LowRankDrafter(Eagle3Drafter):
         self.factors = {k: (a.float(), b.float()) for k, (a, b) in factors.items()}
 
     @classmethod
-    def from_expert(cls, base: Eagle3Drafter, expert: Eagle3Drafter, rank: Any) -> LowRankDrafter:
-        """Truncate ``expert``'s deltas from ``base`` to ``rank`` (None: every singular value; or one per matrix)."""
+    def from_expert(
+        cls, base: Eagle3Drafter, expert: Eagle3Drafter, rank: Any, svds: DeltaSVDs | None = None
+    ) -> LowRankDrafter:
+        """Truncate ``expert``'s deltas from ``base`` to ``rank`` (None: every singular value; or one per matrix);
+        ``svds``: the deltas' :func:`delta_svds`, when already computed."""
         norms = {k: v for k, v in expert.weights.items() if k not in MATRICES}
-        low = cls(base, factorize(base, expert, rank), norms, check_rank(rank), expert.name)
+        low = cls(base, factorize(base, expert, rank, svds), norms, check_rank(rank), expert.name)
         low.delta_kept = delta_kept(base, expert, low)
         return low
 
@@ -234,7 +257,11 @@ def pool_reads(base: Eagle3Drafter, n_drafters: int, rank: Any) -> float:
 
 
 def allocate_ranks(
-    base: Eagle3Drafter, experts: Sequence[Eagle3Drafter], reads: float, allocation: str = "frobenius"
+    base: Eagle3Drafter,
+    experts: Sequence[Eagle3Drafter],
+    reads: float,
+    allocation: str = "frobenius",
+    svds: Sequence[DeltaSVDs] | None = None,
 ) -> dict[str, int]:
     """Per-matrix ranks, shared by every expert, that keep the most of the experts' deltas while one evaluation
     of the pool (the base and ``experts``) reads at most ``reads`` × one head's weights (:func:`pool_reads`).
@@ -245,6 +272,7 @@ def allocate_ranks(
     divided first by each delta's squared norm (``relative``: every matrix's relative error counts alike). The
     ranks are filled greedily by score per parameter; the scores of one matrix decrease with the rank, so this
     is the greedy solution of a knapsack with concave gains (optimal up to the last, partly fitting rank).
+    ``svds``: the experts' :func:`delta_svds` (in ``experts`` order), when already computed.
     """
     if allocation not in ALLOCATIONS:
         raise ValueError(f"allocation={allocation!r}: expected one of {list(ALLOCATIONS)}")
@@ -263,14 +291,18 @@ def allocate_ranks(
         )
     for e in experts:
         check_compatible(base, e)
+    if svds is not None and len(svds) != len(experts):
+        raise ValueError(f"allocate_ranks: {len(svds)} delta SVDs for {len(experts)} experts; give one per expert")
     head = sum(v.numel() for v in base.weights.values())
     budget = (reads - floor) * head
     gains: list[tuple[float, str, int]] = []  # (score per parameter, matrix, rank index)
     for k in MATRICES:
         spectra = []
-        for e in experts:
-            delta = (e.weights[k].double() - base.weights[k].double()).t()
-            sv = torch.linalg.svdvals(delta) ** 2
+        for i, e in enumerate(experts):
+            if svds is None:
+                sv = torch.linalg.svdvals((e.weights[k].double() - base.weights[k].double()).t()) ** 2
+            else:
+                sv = svds[i][k][1] ** 2
             spectra.append(sv / sv.sum() if allocation == "relative" and float(sv.sum()) > 0 else sv)
         score = torch.stack(spectra).sum(0)
         cost = n * sum(base.weights[k].shape)
