@@ -169,12 +169,9 @@ def _compute_of(target: Any) -> str | None:
     if isinstance(target, str):
         known = target.startswith("hf:") or target in hedgespec.models.BUILTIN_TARGETS
         return hedgespec.models.resolve_target(target).compute_dtype if known else None
-    get = target.get if hasattr(target, "get") else lambda key, default=None: getattr(target, key, default)
-    value = get("compute_dtype")
-    if value == "auto":  # what the loaded target will compute in on this machine (TargetSpec resolves it so)
-        from hedgespec.models.spec import auto_compute_dtype
-
-        return auto_compute_dtype(str(get("dtype", "float32") or "float32"), str(get("device", "cpu") or "cpu"))
+    value = target.get("compute_dtype") if hasattr(target, "get") else getattr(target, "compute_dtype", None)
+    if value == "auto":  # a target node's auto: what the loaded target computes in here, as its TargetSpec resolves it
+        return hedgespec.models.resolve_target(target).compute_dtype
     return None if value is None else str(value)
 
 

@@ -58,11 +58,15 @@ def test_auto_compute_dtype_is_bfloat16_only_where_native(monkeypatch, native):
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_auto_compute_dtype_names_the_answers_file_as_the_loaded_target_computes(monkeypatch, native):
-    """The regenerated answers' file name (read from the raw target node) follows the dtype ``auto`` casts to."""
+def test_auto_compute_dtype_names_the_answers_file_as_the_loaded_target_computes(monkeypatch, tmp_path, native):
+    """Answers regenerated for a target node with ``compute_dtype: auto`` go to the cast dtype's file where the
+    cast happens, else to the weights' own file."""
     import hedgespec.models.linear_kernels as lk
-    from data_recipes.regenerate import _compute_of
+    from data_recipes import prepare
+    from data_recipes.regenerate import regenerate
 
     monkeypatch.setattr(lk, "native_bfloat16", lambda: native)
+    sql = prepare("sql", n_train=2, n_eval=1, data_dir=tmp_path, log=None)["sql"]
     node = {"name": "tiny", "kind": "tiny", "compute_dtype": "auto"}
-    assert _compute_of(node) == TargetSpec.from_dict(node).compute_dtype == ("bfloat16" if native else None)
+    out = regenerate(sql, target=node, generator=lambda m: "SELECT 1;", max_examples=1, progress=False)
+    assert out.name == ("train.tiny.bfloat16.jsonl" if native else "train.tiny.jsonl")
