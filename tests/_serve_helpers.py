@@ -89,10 +89,12 @@ def tiny_server(
     fused: bool = False,
     layout: str = "layers",
     decoding: dict | None = None,
+    random_seed: int = 0,
 ):
     """A started server for the tiny checkpoints under ``root`` (``target`` and the ``drafters`` directories made
     by hedgespec.serving.tiny), chain K=3 (or ``decoding``), fp32, on ``TEST_DEVICE``; ``fused``: the pool as one
-    draft model, its KV in ``layout`` (``fused_layout``).
+    draft model, its KV in ``layout`` (``fused_layout``). ``random_seed`` is SGLang's ``--random-seed`` (its
+    sampler's generator; without it each start draws a new one, so sampled tests would not rerun the same).
     The caller stops it."""
     from hedgespec.serving.argv import build_plan
     from hedgespec.serving.launch import ServerProcess
@@ -115,7 +117,7 @@ def tiny_server(
         "workdir": str(root),
         "fused": fused,
         "fused_layout": layout,
-        "extra_args": CUDA_ARGS if TEST_DEVICE == "cuda" else [],
+        "extra_args": [*(CUDA_ARGS if TEST_DEVICE == "cuda" else []), "--random-seed", str(random_seed)],
     }
     plan = build_plan(cfg, prepare=fused)  # prepare writes the fused pool's directory
     plan.argv[plan.argv.index("--model-path") + 1] = str(root / target)

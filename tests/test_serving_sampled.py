@@ -62,9 +62,13 @@ def chi2_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float = 5.0
 
 
 def sample_first_two(base_url: str, n: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
-    """Counts of the first and second generated token over ``n`` seeded requests of the prompt (one batched
-    ``/generate`` call; request i has sampling seed i, so a rerun on the same platform draws the same)."""
-    sp = [{"temperature": TEMPERATURE, "max_new_tokens": 2, "ignore_eos": True, "sampling_seed": i} for i in range(n)]
+    """Counts of the first and second generated token over ``n`` requests of the prompt (one batched ``/generate``
+    call). SGLang honours a request's ``sampling_seed`` only under ``--enable-deterministic-inference``; the draws
+    come from its sampler's generator, which the test server seeds (``tiny_server``'s ``random_seed``), and the
+    whole batch arrives at once, so a rerun on the same platform draws the same counts (checked on CPU: two server
+    starts, the same p-values to the last digit). Without the seed the test was a fresh draw each run, failing
+    about once in a thousand per marginal by chance."""
+    sp = [{"temperature": TEMPERATURE, "max_new_tokens": 2, "ignore_eos": True} for _ in range(n)]
     body = {"input_ids": [PROMPT] * n, "sampling_params": sp}
     req = urllib.request.Request(
         base_url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
