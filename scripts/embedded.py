@@ -1,6 +1,6 @@
 """The embedded benchmark end to end: train the SmolLM2 drafter pool, then compare the selectors on it.
 
-    python scripts/embedded.py                 # fast version: quick low-rank pool + short mixed run (17 min)
+    python scripts/embedded.py                 # fast version: quick low-rank pool + short mixed run (15-17 min)
     python scripts/embedded.py full=true       # the full one: train=embedded pool + every selector on mixed/ood/shift
     python scripts/embedded.py dry_run=true    # print the commands only
 
