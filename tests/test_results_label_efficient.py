@@ -15,7 +15,14 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from hedgespec.bench.results_doc import LE_ENGINE, LE_SIM, engine_policy, regret_exponent, results_markdown
+from hedgespec.bench.results_doc import (
+    LE_ENGINE,
+    LE_ENGINE_MORE,
+    LE_SIM,
+    engine_policy,
+    regret_exponent,
+    results_markdown,
+)
 from hedgespec.selectors import make_selector
 from hedgespec.sim.app import run_simulation
 
@@ -153,3 +160,36 @@ def test_missing_files_say_how_to_produce_them(tmp_path):
     sec = text[text.index("## Label-efficient") : text.index("## Table 4")]
     assert "docs/results/label_efficient/sim/greedy/results.json" in sec and "python scripts/simulate.py -m" in sec
     assert f"`docs/results/{LE_ENGINE}` missing" in sec
+
+
+def test_engine_policy_of_a_selector_without_an_evaluation_rule():
+    for command in ("python scripts/bench.py selector=eagle", "python scripts/bench.py selector=ucbspec"):
+        assert engine_policy(command) == ("–", None), command
+
+
+def _lowrank_summary(tmp: Path, eagle_overhead: float) -> dict:
+    """The committed low-rank pool summary (with its eagle run) under ``tmp``, the eagle run's overhead replaced."""
+    data = json.loads((REPO / "docs" / "results" / LE_ENGINE_MORE[0]).read_text())
+    eagle = next(r for r in data["runs"] if r["selector"] == "eagle")["aggregate"]
+    eagle["selection_overhead"] = eagle_overhead
+    (tmp / LE_ENGINE_MORE[0]).parent.mkdir(parents=True, exist_ok=True)
+    (tmp / LE_ENGINE_MORE[0]).write_text(json.dumps(data))
+    return data
+
+
+@pytest.mark.parametrize("eagle_overhead", [0.064, 0.03])
+def test_further_summary_renders_with_the_generalists_floor(tmp_path, eagle_overhead):
+    data = _lowrank_summary(tmp_path, eagle_overhead)
+    text = results_markdown(tmp_path)
+    sec = text[text.index("## Label-efficient") : text.index("## Low-rank")]
+    assert f"`docs/results/{LE_ENGINE}` missing" in sec  # the primary summary is absent here
+    assert f"`docs/results/{LE_ENGINE_MORE[0]}`" in sec
+    full = next(r for r in data["runs"] if r["selector"] == "hedgespec")["aggregate"]
+    assert _row(sec, "eagle")[1:3] == ["–", "–"]  # no evaluation rule, no evaluated share
+    assert float(_row(sec, "hedgespec_late")[3]) == pytest.approx(
+        next(r for r in data["runs"] if r["selector"] == "hedgespec_late")["aggregate"]["mat"], abs=5e-4
+    )
+    floor = re.search(r"The generalist alone .*? shows ([\d.]+)% in the same column.*?against ([\d.]+)%", sec)
+    assert floor and float(floor.group(1)) == pytest.approx(100 * eagle_overhead, abs=0.05)
+    assert float(floor.group(2)) == pytest.approx(100 * full["selection_overhead"], abs=0.05)
+    assert ("the goal is out of reach on this pool" in sec) == (eagle_overhead > 0.05)
