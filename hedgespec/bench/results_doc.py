@@ -562,9 +562,15 @@ def label_efficient_section(doc: ResultsDoc) -> list[str]:
     return doc.say("le_intro").split("\n") + [""] + _le_sim(doc) + _le_engine(doc)
 
 
+def has_evaluation_rule(selector: str) -> bool:
+    """A HedgeSpec variant (the selectors with an evaluation rule: ε, adaptive, late); one drafter or a bandit has
+    none."""
+    return selector.startswith("hedgespec")
+
+
 def _sim_policy(spec: Mapping[str, Any]) -> tuple[str, float | None]:
     """(evaluation cell, ε; ``None`` for the adaptive rule and for non-HedgeSpec rows) of a simulator selector."""
-    if not str(spec.get("name", "")).startswith("hedgespec"):
+    if not has_evaluation_rule(str(spec.get("name", ""))):
         return "–", None
     if spec.get("evaluation") == "adaptive":
         return ("adaptive, late γ" if spec.get("late") else "adaptive"), None
@@ -608,7 +614,7 @@ def _le_sim(doc: ResultsDoc) -> list[str]:
     c = runs[0][2]["config"]
     n = int(next(iter(next(iter(runs[0][2]["results"].values())))))
     commands = list(dict.fromkeys(d.get("command") or sim_command(d) for _, _, d in runs))
-    choices = {str(s.get("choice", "argmax")) for s in c["selectors"] if str(s["name"]).startswith("hedgespec")}
+    choices = {str(s.get("choice", "argmax")) for s in c["selectors"] if has_evaluation_rule(str(s["name"]))}
     out = [
         doc.say(
             "le_sim_title",
@@ -660,7 +666,7 @@ def engine_policy(command: str) -> tuple[str, float | None]:
     """(evaluation cell, ε; ``None`` for the adaptive rule) of a scripts/bench.py run from its command line: its
     ``selector.evaluation`` / ``selector.late`` / ``selector.epsilon`` overrides, else the selector config's."""
     over = _command_overrides(command)
-    if not over.get("selector", "hedgespec").startswith("hedgespec"):  # one drafter or a bandit: no evaluation rule
+    if not has_evaluation_rule(over.get("selector", "hedgespec")):
         return "–", None
     path = SELECTOR_CONF / f"{over.get('selector', 'hedgespec')}.yaml"
     conf = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else None
